@@ -1,0 +1,80 @@
+"""The registry from an algorithm's command-line name to its model class.
+
+A model class is a frozen dataclass whose fields are ``n_workers``, ``n_classes``, ``seed`` (set from the
+data and the run) and its hyperparameters; the hyperparameters are the keys of the algorithm's
+configuration section (``[ds]``, ``[mv]`` ...).  ``build_model`` rejects unknown keys, listing the known
+ones, and the model's own ``__post_init__`` checks the values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, fields
+from typing import Any
+
+from crowdspark.errors import ConfigError
+from crowdspark.models.base import Model
+from crowdspark.models.dawid_skene import DawidSkene
+from crowdspark.models.majority_vote import MajorityVote
+
+__all__ = ["ALGORITHMS", "register", "algorithm_names", "hyperparameters", "build_model"]
+
+_DATA_FIELDS = ("n_workers", "n_classes", "seed")
+
+ALGORITHMS: dict[str, type[Model]] = {}
+
+
+def register(name: str, cls: type[Model]) -> None:
+    """Make ``cls`` available as ``--algorithm name``."""
+    ALGORITHMS[name] = cls
+
+
+register("mv", MajorityVote)
+register("ds", DawidSkene)
+
+
+def algorithm_names() -> list[str]:
+    return list(ALGORITHMS)
+
+
+def _lookup(name: str) -> type[Model]:
+    try:
+        return ALGORITHMS[name]
+    except KeyError:
+        raise ConfigError(f"algorithm must be one of {algorithm_names()}, but got {name!r}") from None
+
+
+def hyperparameters(name: str) -> dict[str, Any]:
+    """The configurable parameters of algorithm ``name`` with their defaults."""
+    out = {}
+    for f in fields(_lookup(name)):
+        if f.name in _DATA_FIELDS:
+            continue
+        out[f.name] = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+    return out
+
+
+def build_model(name: str, params: dict[str, Any], n_workers: int, n_classes: int, seed: int) -> Model:
+    """Construct the model for a run.
+
+    Parameters
+    ----------
+    name : str
+        Algorithm name (``--algorithm``).
+    params : dict
+        The algorithm's configuration section.
+    n_workers, n_classes, seed : int
+
+    Raises
+    ------
+    ConfigError
+        Unknown algorithm, unknown key, or an invalid value.
+    """
+    cls = _lookup(name)
+    known = hyperparameters(name)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"unknown parameter(s) {', '.join(f'{name}.{k}' for k in unknown)} for algorithm {name!r}; "
+            f"known: {', '.join(sorted(known)) or '(none)'}"
+        )
+    return cls(n_workers=n_workers, n_classes=n_classes, seed=seed, **params)

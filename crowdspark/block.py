@@ -1,0 +1,160 @@
+"""Blocks: the labels of a set of items, as integer arrays.
+
+A block is what every model kernel works on.  All labels of an item are in the same block, so per-item
+quantities (posteriors, sampled labels) are computed without communication.  Within a block, labels are
+grouped by item: the labels of local item ``j`` are ``offsets[j]:offsets[j + 1]``.
+
+Notation used in docstrings: ``n`` items in the block, ``m`` labels in the block, ``K`` workers, ``C``
+classes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from crowdspark.rng import item_keys as _item_keys
+
+__all__ = ["Block", "build_blocks", "block_counts", "DEFAULT_MAX_BLOCK_LABELS"]
+
+DEFAULT_MAX_BLOCK_LABELS = 2_000_000
+
+
+@dataclass(frozen=True)
+class Block:
+    """The labels of some items.
+
+    Attributes
+    ----------
+    item_ids : ndarray of object (str), shape (n,)
+        The items' ids as read (strings).
+    item_keys : ndarray of uint64, shape (n,)
+        Stable 64-bit keys, the source of per-item randomness.
+    offsets : ndarray of int64, shape (n + 1,)
+        Labels of item ``j`` are rows ``offsets[j]:offsets[j + 1]``.
+    item_of_label : ndarray of int32, shape (m,)
+        Local item index of each label (non-decreasing).
+    worker : ndarray of int32, shape (m,)
+        Dense worker index in ``0..K-1``.
+    label : ndarray of int32, shape (m,)
+        Class index in ``0..C-1``.
+    truth : ndarray of int32, shape (n,)
+        Gold class index of each item, ``-1`` where there is no gold label.
+    duplicate_pairs : int
+        Number of (item, worker) pairs with more than one label (all labels are kept).
+    """
+
+    item_ids: np.ndarray
+    item_keys: np.ndarray
+    offsets: np.ndarray
+    item_of_label: np.ndarray
+    worker: np.ndarray
+    label: np.ndarray
+    truth: np.ndarray
+    duplicate_pairs: int = 0
+
+    @property
+    def n_items(self) -> int:
+        return int(self.item_ids.shape[0])
+
+    @property
+    def n_labels(self) -> int:
+        return int(self.label.shape[0])
+
+    def labels_per_item(self) -> np.ndarray:
+        """Number of labels of each item, shape (n,)."""
+        return np.diff(self.offsets)
+
+
+def _count_duplicate_pairs(item_of_label: np.ndarray, worker: np.ndarray) -> int:
+    if item_of_label.size == 0:
+        return 0
+    pair = item_of_label.astype(np.int64) * (int(worker.max()) + 1) + worker
+    _, counts = np.unique(pair, return_counts=True)
+    return int(np.count_nonzero(counts > 1))
+
+
+def build_blocks(
+    item_ids: np.ndarray,
+    worker: np.ndarray,
+    label: np.ndarray,
+    truth: np.ndarray | None = None,
+    max_labels: int = DEFAULT_MAX_BLOCK_LABELS,
+) -> list[Block]:
+    """Group encoded label rows by item into blocks of at most ``max_labels`` labels.
+
+    An item is never split; an item with more than ``max_labels`` labels gets a block of its own.
+
+    Parameters
+    ----------
+    item_ids : array-like of str, shape (m,)
+        Item id of each label row.
+    worker, label : ndarray of int, shape (m,)
+        Encoded worker and class of each row.
+    truth : ndarray of int, shape (m,), optional
+        Gold class index of the row's item (``-1`` for none), repeated on every row of the item.
+    max_labels : int
+        Largest number of labels in one block.
+
+    Returns
+    -------
+    list of Block
+        Items in id order, each item's labels in (worker, label) order; empty list for empty input.
+    """
+    item_ids = np.asarray(item_ids, dtype=object)
+    if item_ids.size == 0:
+        return []
+    # items sorted by id and labels by (item, worker, label): the blocks, and every sum over them, do not
+    # depend on the order in which rows arrive (Spark's shuffle order varies between runs)
+    codes, uniques = pd.factorize(item_ids, sort=True)
+    worker = np.asarray(worker, dtype=np.int32)
+    label = np.asarray(label, dtype=np.int32)
+    order = np.lexsort((label, worker, codes))
+    codes = codes[order]
+    worker = worker[order]
+    label = label[order]
+    counts = np.bincount(codes, minlength=len(uniques))
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    if truth is None:
+        item_truth = np.full(len(uniques), -1, dtype=np.int32)
+    else:
+        item_truth = np.asarray(truth, dtype=np.int32)[order][offsets[:-1]]
+    uniques = np.asarray(uniques, dtype=object)
+    keys = _item_keys(uniques)
+
+    blocks = []
+    start = 0
+    n = len(uniques)
+    while start < n:
+        # largest end such that offsets[end] - offsets[start] <= max_labels, at least one item
+        end = int(np.searchsorted(offsets, offsets[start] + max_labels, side="right")) - 1
+        end = max(end, start + 1)
+        end = min(end, n)
+        lo, hi = offsets[start], offsets[end]
+        item_of_label = (codes[lo:hi] - start).astype(np.int32)
+        blocks.append(
+            Block(
+                item_ids=uniques[start:end],
+                item_keys=keys[start:end],
+                offsets=offsets[start : end + 1] - lo,
+                item_of_label=item_of_label,
+                worker=worker[lo:hi],
+                label=label[lo:hi],
+                truth=item_truth[start:end],
+                duplicate_pairs=_count_duplicate_pairs(item_of_label, worker[lo:hi]),
+            )
+        )
+        start = end
+    return blocks
+
+
+def block_counts(block: Block) -> dict[str, np.ndarray]:
+    """Additive counts describing a block: items, labels, duplicate (item, worker) pairs, gold items."""
+    return {
+        "n_items": np.array(block.n_items, dtype=np.int64),
+        "n_labels": np.array(block.n_labels, dtype=np.int64),
+        "duplicate_pairs": np.array(block.duplicate_pairs, dtype=np.int64),
+        "n_gold_items": np.array(int(np.count_nonzero(block.truth >= 0)), dtype=np.int64),
+    }

@@ -1,0 +1,124 @@
+"""The command line: ``crowdspark aggregate ...`` (also ``python -m crowdspark`` and ``jobs/aggregate.py``).
+
+Exit codes: 0 success; 2 bad input or configuration (a one-paragraph message, no traceback unless
+``--debug``); 1 any other failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import warnings
+from collections.abc import Sequence
+
+from crowdspark import __version__
+from crowdspark.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, CrowdsparkError
+
+__all__ = ["main", "build_parser", "run_aggregate"]
+
+log = logging.getLogger("crowdspark.cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from crowdspark.algorithms import algorithm_names
+
+    parser = argparse.ArgumentParser(
+        prog="crowdspark", description="Infer true labels from noisy crowd labels, on numpy or Spark."
+    )
+    parser.add_argument("--version", action="version", version=f"crowdspark {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    agg = sub.add_parser("aggregate", help="aggregate labels and write items/, workers/, summary.json")
+    agg.add_argument("--labels", required=True, help="labels: CSV/Parquet/JSON file, folder or glob")
+    agg.add_argument("--gold", help="optional gold labels (columns item, truth) for evaluation")
+    agg.add_argument("--algorithm", help=f"one of {', '.join(algorithm_names())} (default: ds)")
+    agg.add_argument("--engine", choices=["spark", "local"], help="spark (default) or local (numpy, one process)")
+    agg.add_argument("--seed", type=int, help="seed of every random choice (default 0)")
+    agg.add_argument("--config", action="append", default=[], help="TOML configuration file (repeatable)")
+    agg.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a configuration key, e.g. ds.max_iter=50 or input.item=task (repeatable)",
+    )
+    agg.add_argument("--output", required=True, help="output directory (replaced atomically)")
+    agg.add_argument("--master", help="Spark master when not run by spark-submit (default local[*])")
+    agg.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    agg.add_argument("--quiet", action="store_true", help="only warnings and errors in the log")
+
+    sub.add_parser("algorithms", help="list the algorithms and their parameters with defaults")
+    return parser
+
+
+def configure_logging(debug: bool, quiet: bool) -> None:
+    level = logging.DEBUG if debug else logging.WARNING if quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.captureWarnings(True)
+
+
+def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
+    """Run ``aggregate`` with parsed arguments; returns the summary.  Starts Spark only if needed."""
+    from crowdspark.config import load_config
+    from crowdspark.runner import aggregate
+
+    config = load_config(args.config, args.overrides, algorithm=args.algorithm, seed=args.seed, engine_name=args.engine)
+    own_session = False
+    if config.engine.name == "spark" and spark is None:
+        from crowdspark.spark_session import build_session
+
+        spark = build_session("crowdspark-aggregate", master=args.master)
+        spark.sparkContext.setLogLevel("WARN")
+        own_session = True
+    try:
+        result = aggregate(config, args.labels, args.output, gold_path=args.gold, spark=spark)
+    finally:
+        if own_session:
+            spark.stop()
+    return result.summary
+
+
+def _report(summary: dict, output: str) -> str:
+    parts = [
+        f"{summary['algorithm']} on {summary['engine']}: {summary['counts']['items']} items, "
+        f"{summary['counts']['workers']} workers, {summary['counts']['labels']} labels",
+        f"iterations {summary['iterations']} (converged: {summary['converged']})",
+    ]
+    metrics = summary.get("metrics")
+    if metrics and metrics.get("error_rate") is not None:
+        parts.append(f"error rate {metrics['error_rate']:.4f} on {metrics['n_gold']} gold items")
+    parts.append(f"results in {output}")
+    return "; ".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``crowdspark`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    debug = getattr(args, "debug", False)
+    configure_logging(debug, getattr(args, "quiet", False))
+    if args.command == "algorithms":
+        from crowdspark.algorithms import algorithm_names, hyperparameters
+
+        print(json.dumps({name: hyperparameters(name) for name in algorithm_names()}, indent=2, default=str))
+        return EXIT_OK
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            summary = run_aggregate(args)
+    except CrowdsparkError as exc:
+        if debug:
+            log.exception("bad input")
+        print(f"crowdspark: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # noqa: BLE001 - the scheduler needs an exit code, the user a message
+        if debug:
+            log.exception("run failed")
+        print(f"crowdspark: failed: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", file=sys.stderr)
+        return EXIT_FAILURE
+    print(_report(summary, args.output))
+    return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""Run configuration: frozen dataclasses, loaded from TOML files and ``--set KEY=VALUE`` overrides.
+
+Precedence (lowest first): the defaults below, ``conf/default.toml``-style files given with ``--config``,
+then ``--set`` overrides, then explicit command-line flags (``--seed``, ``--engine`` ...).  Keys are
+``section.name``; algorithm sections (``[ds]``, ``[idbla]`` ...) are kept as plain dicts here and checked by
+the algorithm registry when the model is built, so that an unknown key is an error that lists the known
+ones.  See ``conf/default.toml`` for every key with its default and meaning.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from crowdspark.errors import ConfigError
+from crowdspark.validation import check_choice, check_int
+
+__all__ = [
+    "InputConfig",
+    "GoldConfig",
+    "OutputConfig",
+    "EngineConfig",
+    "RunConfig",
+    "load_config",
+    "parse_override",
+]
+
+INPUT_FORMATS = ("auto", "csv", "parquet", "json")
+OUTPUT_FORMATS = ("parquet", "csv")
+ENGINES = ("spark", "local")
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """Where the labels' columns are and how to read them.
+
+    ``classes``: the class set, in the order used for posteriors; empty means inferred from the labels
+    (numeric order when every label is a number, else string order).  With an explicit class set a label
+    outside it is an error.
+    """
+
+    item: str = "item"
+    worker: str = "worker"
+    label: str = "label"
+    format: str = "auto"
+    classes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_choice("input.format", self.format, INPUT_FORMATS)
+        for name in ("item", "worker", "label"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"input.{name} must be a non-empty column name, but got {value!r}")
+        if len({self.item, self.worker, self.label}) < 3:
+            raise ConfigError(
+                "input.item, input.worker and input.label must be three different columns, but got "
+                f"{self.item!r}, {self.worker!r}, {self.label!r}"
+            )
+        if len(set(self.classes)) != len(self.classes):
+            raise ConfigError(f"input.classes must not repeat a class, but got {list(self.classes)!r}")
+
+
+@dataclass(frozen=True)
+class GoldConfig:
+    """Columns of the optional gold file (one row per item)."""
+
+    item: str = "item"
+    truth: str = "truth"
+    format: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_choice("gold.format", self.format, INPUT_FORMATS)
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """``format``: ``parquet`` (default) or ``csv`` (array columns written as JSON strings)."""
+
+    format: str = "parquet"
+
+    def __post_init__(self) -> None:
+        check_choice("output.format", self.format, OUTPUT_FORMATS)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the work is run.
+
+    ``name``: ``spark`` or ``local``.  ``partitions``: Spark partitions of the item blocks (0 = the
+    context's default parallelism, i.e. the number of cores).  ``max_block_labels``: largest number of
+    labels in one block.  ``checkpoint_interval``: stateful models truncate the lineage every this many
+    sweeps.  ``tree_depth``: depth of ``treeAggregate``.
+    """
+
+    name: str = "spark"
+    partitions: int = 0
+    max_block_labels: int = 2_000_000
+    checkpoint_interval: int = 10
+    tree_depth: int = 2
+
+    def __post_init__(self) -> None:
+        check_choice("engine.name", self.name, ENGINES)
+        check_int("engine.partitions", self.partitions, minimum=0)
+        check_int("engine.max_block_labels", self.max_block_labels, minimum=1)
+        check_int("engine.checkpoint_interval", self.checkpoint_interval, minimum=1)
+        check_int("engine.tree_depth", self.tree_depth, minimum=1)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs besides paths."""
+
+    algorithm: str = "ds"
+    seed: int = 0
+    input: InputConfig = field(default_factory=InputConfig)
+    gold: GoldConfig = field(default_factory=GoldConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    algorithms: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_int("seed", self.seed, minimum=0, maximum=2**63 - 1)
+
+    def algorithm_params(self, name: str | None = None) -> dict[str, Any]:
+        """The ``[name]`` section (default: the chosen algorithm), possibly empty."""
+        return dict(self.algorithms.get(name or self.algorithm, {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly view (for ``summary.json``)."""
+        out: dict[str, Any] = {"algorithm": self.algorithm, "seed": self.seed}
+        for section in ("input", "gold", "output", "engine"):
+            obj = getattr(self, section)
+            out[section] = {f.name: _jsonable(getattr(obj, f.name)) for f in fields(obj)}
+        out["algorithms"] = {k: dict(v) for k, v in self.algorithms.items()}
+        return out
+
+
+def _jsonable(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+_SECTIONS = {"input": InputConfig, "gold": GoldConfig, "output": OutputConfig, "engine": EngineConfig}
+_TOP_KEYS = ("algorithm", "seed")
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Parse ``section.key=value``; the value is read as TOML (``10``, ``1e-6``, ``true``, ``["a", "b"]``)
+    and, if that fails, taken as a plain string."""
+    if "=" not in text:
+        raise ConfigError(f"--set must be KEY=VALUE (e.g. ds.max_iter=50), but got {text!r}")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"--set must be KEY=VALUE (e.g. ds.max_iter=50), but got {text!r}")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.split("."), value
+
+
+def _merge(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node = tree
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"configuration key {'.'.join(path)!r} goes below a value that is not a table")
+    node[path[-1]] = value
+
+
+def _read_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"configuration file {str(path)!r} does not exist") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"configuration file {str(path)!r} is not valid TOML: {exc}") from exc
+
+
+def _deep_update(base: dict[str, Any], extra: dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_update(base[key], value)
+        else:
+            base[key] = value
+
+
+def _build_section(name: str, values: Any) -> Any:
+    cls = _SECTIONS[name]
+    if not isinstance(values, dict):
+        raise ConfigError(f"[{name}] must be a table of keys, but got {values!r}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown configuration key(s) {', '.join(f'{name}.{k}' for k in unknown)}; "
+            f"known keys in [{name}]: {', '.join(sorted(known))}"
+        )
+    values = dict(values)
+    if "classes" in values:
+        classes = values["classes"]
+        if not isinstance(classes, list):
+            raise ConfigError(f"input.classes must be a list such as [\"0\", \"1\"], but got {classes!r}")
+        values["classes"] = tuple(str(c) for c in classes)
+    try:
+        return cls(**values)
+    except TypeError as exc:  # pragma: no cover - dataclass signature mismatch
+        raise ConfigError(str(exc)) from exc
+
+
+def load_config(
+    files: list[str | Path] | None = None,
+    overrides: list[str] | None = None,
+    **explicit: Any,
+) -> RunConfig:
+    """Build a :class:`RunConfig` from TOML files, ``--set`` overrides and explicit values.
+
+    Parameters
+    ----------
+    files : list of path, optional
+        TOML files, later ones override earlier ones.
+    overrides : list of str, optional
+        ``section.key=value`` strings.
+    **explicit
+        Top-level values (``algorithm``, ``seed``) or ``engine_name``-style values set by dedicated
+        command-line flags; ``None`` values are ignored.
+
+    Raises
+    ------
+    ConfigError
+        For unknown keys, bad values or unreadable files.
+    """
+    tree: dict[str, Any] = {}
+    for path in files or []:
+        _deep_update(tree, _read_toml(path))
+    for text in overrides or []:
+        path, value = parse_override(text)
+        _merge(tree, path, value)
+    for key, value in explicit.items():
+        if value is None:
+            continue
+        if "_" in key and key.split("_", 1)[0] in _SECTIONS:
+            section, name = key.split("_", 1)
+            _merge(tree, [section, name], value)
+        else:
+            tree[key] = value
+    kwargs: dict[str, Any] = {}
+    algorithms: dict[str, dict[str, Any]] = {}
+    for key, value in tree.items():
+        if key in _SECTIONS:
+            kwargs[key] = _build_section(key, value)
+        elif key in _TOP_KEYS:
+            kwargs[key] = value
+        elif isinstance(value, dict):
+            algorithms[key] = value
+        else:
+            raise ConfigError(
+                f"unknown configuration key {key!r}; top-level keys are {', '.join(_TOP_KEYS)} and tables "
+                f"{', '.join(_SECTIONS)} or an algorithm name"
+            )
+    if "algorithm" in kwargs and not isinstance(kwargs["algorithm"], str):
+        raise ConfigError(f"algorithm must be a name such as 'ds', but got {kwargs['algorithm']!r}")
+    return RunConfig(algorithms=algorithms, **kwargs)
+
+
+def with_engine(config: RunConfig, **changes: Any) -> RunConfig:
+    """A copy of ``config`` with engine settings changed."""
+    return replace(config, engine=replace(config.engine, **changes))

@@ -1,0 +1,1 @@
+"""Engines move blocks and statistics; the fit loop drives a model through them."""

@@ -1,0 +1,34 @@
+"""What an engine offers the fit loop.
+
+An engine holds blocks of items (and each block's per-item ``state``) and applies block functions to them.
+A block function has the signature ``fn(block, state, value) -> (state, stats)``; ``value`` is what the
+driver sends to every block (the global parameters), ``stats`` are additive (:mod:`crowdspark.stats`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from crowdspark.block import Block
+from crowdspark.models.base import ItemResult, State
+from crowdspark.stats import Stats
+
+__all__ = ["Engine", "BlockFn", "ItemFn"]
+
+BlockFn = Callable[[Block, State, Any], tuple[State, Stats]]
+ItemFn = Callable[[Block, State, Any], ItemResult]
+
+
+class Engine:
+    """Interface implemented by :class:`~crowdspark.engine.local.LocalEngine` and the Spark engine."""
+
+    #: a short name for summaries ("local", "spark")
+    name: str = "engine"
+
+    def map_reduce(self, fn: BlockFn, value: Any, *, stateful: bool, sweep: int = 0) -> Stats:
+        """Apply ``fn`` to every block, keep the returned states if ``stateful``, return the summed stats."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release cached data."""

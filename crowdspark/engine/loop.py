@@ -1,0 +1,142 @@
+"""The one fit loop: initialize, sweep until converged or out of sweeps, record why it stopped."""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from crowdspark.block import Block, block_counts
+from crowdspark.engine.base import Engine
+from crowdspark.models.base import ItemResult, Model, State
+from crowdspark.stats import Stats
+
+__all__ = ["ConvergenceWarning", "FitResult", "fit", "COUNT_KEYS"]
+
+log = logging.getLogger(__name__)
+
+COUNT_KEYS = ("n_items", "n_labels", "duplicate_pairs", "n_gold_items")
+
+
+class ConvergenceWarning(UserWarning):
+    """The fit stopped at its iteration limit before the change fell below ``tol``."""
+
+
+@dataclass
+class FitResult:
+    """What a fit leaves on the driver (nothing here grows with the number of items).
+
+    Attributes
+    ----------
+    params : Any
+        Final global parameters.
+    init_stats : Stats
+        Summed statistics of the initialization pass (model-specific counts).
+    counts : dict of str to int
+        ``n_items``, ``n_labels``, ``duplicate_pairs``, ``n_gold_items``.
+    history : list of dict
+        One entry per sweep: ``iteration``, ``objective``, ``change``, ``seconds`` and model extras.
+    n_iter : int
+        Sweeps run.
+    converged : bool or None
+        ``None`` for models that run a fixed number of sweeps (samplers).
+    stop_reason : str
+    """
+
+    params: Any
+    init_stats: Stats
+    counts: dict[str, int]
+    history: list[dict[str, float]] = field(default_factory=list)
+    n_iter: int = 0
+    converged: bool | None = None
+    stop_reason: str = ""
+
+
+def _init(model: Model, block: Block, state: State, value: Any) -> tuple[State, Stats]:
+    state, stats = model.init_block(block)
+    stats.update(block_counts(block))
+    return state, stats
+
+
+def _init_round(model: Model, round: int, block: Block, state: State, params: Any) -> tuple[State, Stats]:
+    return model.init_round(block, state, params, round)
+
+
+def _step(model: Model, sweep: int, block: Block, state: State, params: Any) -> tuple[State, Stats]:
+    return model.local_step(block, state, params, sweep)
+
+
+def finish_fn(model: Model, block: Block, state: State, params: Any) -> ItemResult:
+    """Block function producing the final per-item results (used by the engines' ``map_items``)."""
+    return model.finish_block(block, state, params)
+
+
+def fit(model: Model, engine: Engine) -> FitResult:
+    """Fit ``model`` on the blocks held by ``engine``.
+
+    Parameters
+    ----------
+    model : Model
+    engine : Engine
+
+    Returns
+    -------
+    FitResult
+    """
+    stateful = model.stateful
+    t0 = time.perf_counter()
+    init_stats = engine.map_reduce(partial(_init, model), None, stateful=stateful, sweep=0)
+    counts = {key: int(init_stats.pop(key)) for key in COUNT_KEYS}
+    params = model.init_params(init_stats)
+    for round in range(1, model.n_init_rounds + 1):
+        stats = engine.map_reduce(partial(_init_round, model, round), params, stateful=stateful, sweep=-round)
+        params = model.init_update(stats, params, round)
+    log.info(
+        "%s: initialized on %d items, %d labels in %.2fs",
+        model.name,
+        counts["n_items"],
+        counts["n_labels"],
+        time.perf_counter() - t0,
+    )
+    result = FitResult(params=params, init_stats=init_stats, counts=counts)
+    tol = model.tol
+    if model.max_sweeps == 0:
+        result.converged = True
+        result.stop_reason = "one-pass model"
+        return result
+    for sweep in range(1, model.max_sweeps + 1):
+        t1 = time.perf_counter()
+        stats = engine.map_reduce(partial(_step, model, sweep), params, stateful=stateful, sweep=sweep)
+        update = model.global_step(stats, params, sweep)
+        params = update.params
+        seconds = time.perf_counter() - t1
+        entry = {"iteration": sweep, "objective": update.objective, "change": update.change, "seconds": seconds}
+        entry.update(update.extra)
+        result.history.append(entry)
+        result.n_iter = sweep
+        log.info(
+            "%s: iteration %d/%d objective %.6f change %.3g (%.2fs)",
+            model.name, sweep, model.max_sweeps, update.objective, update.change, seconds,
+        )
+        if tol is not None and update.change < tol:
+            result.converged = True
+            result.stop_reason = f"change {update.change:.3g} < tol {tol:g} at iteration {sweep}"
+            break
+    else:
+        if tol is None:
+            result.stop_reason = f"ran all {model.max_sweeps} sweeps"
+        else:
+            result.converged = False
+            last = result.history[-1]["change"]
+            result.stop_reason = f"reached max_iter={model.max_sweeps} with change {last:.3g} >= tol {tol:g}"
+            message = (
+                f"{model.name} did not converge: {result.stop_reason}. "
+                "Increase max_iter (e.g. --set <algorithm>.max_iter=...) or loosen tol."
+            )
+            warnings.warn(message, ConvergenceWarning, stacklevel=2)
+            log.warning(message)
+    result.params = params
+    return result

@@ -1,0 +1,188 @@
+"""The Spark engine: blocks cached once on the executors, statistics tree-reduced every sweep.
+
+Per sweep (MLlib's optimizer pattern):
+
+1. broadcast the global parameters;
+2. run the block function on every cached block (``mapPartitions``), summing its statistics within the
+   partition;
+3. ``treeAggregate`` the partition sums to the driver (additive statistics, a fresh zero);
+4. destroy the broadcast once no cached data can need it again.
+
+Stateless models (Dawid-Skene) read the same cached block RDD every sweep and destroy each broadcast at
+once.  Stateful models (samplers, collapsed VI) produce a new cached RDD of ``(block, state)`` per sweep;
+its lineage is truncated every ``checkpoint_interval`` sweeps (``localCheckpoint``, or a reliable
+``checkpoint`` when the SparkContext has a checkpoint directory), and the broadcasts the older RDDs were
+computed from are destroyed only then, so a lost cached partition can always be recomputed.  (The
+checkpointed RDD's own broadcast lives until the next truncation: Spark still serializes it with tasks.)  Randomness
+comes from (seed, sweep, item key), so a recomputed or retried task gives the same result.
+
+Nothing item-level is collected: the driver sees statistics and parameters sized by workers and classes.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+from crowdspark.block import Block
+from crowdspark.engine.base import BlockFn, Engine, ItemFn
+from crowdspark.models.base import State
+from crowdspark.stats import Stats, add_stats
+
+__all__ = ["SparkEngine"]
+
+log = logging.getLogger(__name__)
+
+_BLOCK = 0
+_STATS = 1
+
+
+def _with_empty_state(block: Block) -> tuple[int, tuple[Block, State]]:
+    return (_BLOCK, (block, None))
+
+
+def _is_block(element: tuple[int, Any]) -> bool:
+    return element[0] == _BLOCK
+
+
+def _is_stats(element: tuple[int, Any]) -> bool:
+    return element[0] == _STATS
+
+
+def _payload(element: tuple[int, Any]) -> Any:
+    return element[1]
+
+
+def _stateless_partition(fn: BlockFn, broadcast, elements: Iterator) -> Iterator[Stats]:
+    value = broadcast.value
+    total: Stats = {}
+    for tag, (block, state) in elements:
+        if tag == _BLOCK:
+            total = add_stats(total, fn(block, state, value)[1])
+    yield total
+
+
+def _stateful_partition(fn: BlockFn, broadcast, elements: Iterator) -> Iterator[tuple[int, Any]]:
+    value = broadcast.value
+    total: Stats = {}
+    for tag, (block, state) in elements:
+        if tag != _BLOCK:
+            continue
+        new_state, stats = fn(block, state, value)
+        total = add_stats(total, stats)
+        yield (_BLOCK, (block, new_state))
+    yield (_STATS, total)
+
+
+def _items_partition(fn: ItemFn, broadcast, elements: Iterator) -> Iterator[tuple[bytes]]:
+    value = broadcast.value
+    for tag, (block, state) in elements:
+        if tag == _BLOCK:
+            yield (pickle.dumps((block, fn(block, state, value)), protocol=5),)
+
+
+class SparkEngine(Engine):
+    """Holds the blocks as a cached RDD.
+
+    Parameters
+    ----------
+    blocks : pyspark.RDD of Block
+        Blocks partitioned by item (see :func:`crowdspark.spark_data.block_rdd`).
+    checkpoint_interval : int
+        Stateful models truncate the lineage every this many sweeps.
+    tree_depth : int
+        Depth of ``treeAggregate``.
+    """
+
+    name = "spark"
+
+    def __init__(self, blocks, *, checkpoint_interval: int = 10, tree_depth: int = 2) -> None:
+        from pyspark import StorageLevel
+
+        self._storage = StorageLevel.MEMORY_AND_DISK
+        self.sc = blocks.context
+        self.checkpoint_interval = checkpoint_interval
+        self.tree_depth = tree_depth
+        self._base = blocks.map(_with_empty_state).persist(self._storage)
+        self._current = self._base  # elements (tag, payload); blocks with their current state
+        self._anchor = self._base  # the newest RDD whose lineage was truncated (or the base)
+        self._uncheckpointed: list = []  # the newest cached sweep, if it is not the anchor
+        self._pending_broadcasts: list = []  # broadcasts the RDDs since the anchor depend on
+        self._sweeps_since_anchor = 0
+
+    @property
+    def n_partitions(self) -> int:
+        return self._base.getNumPartitions()
+
+    def _aggregate(self, rdd) -> Stats:
+        return rdd.treeAggregate({}, add_stats, add_stats, depth=self.tree_depth)
+
+    def map_reduce(self, fn: BlockFn, value: Any, *, stateful: bool, sweep: int = 0) -> Stats:
+        broadcast = self.sc.broadcast(value)
+        if not stateful:
+            try:
+                return self._aggregate(self._current.mapPartitions(partial(_stateless_partition, fn, broadcast)))
+            finally:
+                broadcast.destroy()
+        new = self._current.mapPartitions(partial(_stateful_partition, fn, broadcast), preservesPartitioning=True)
+        self._sweeps_since_anchor += 1
+        truncate = self._sweeps_since_anchor >= self.checkpoint_interval
+        new.persist(self._storage)
+        if truncate:
+            if self.sc.getCheckpointDir():
+                new.checkpoint()
+            else:
+                new.localCheckpoint()
+        stats = self._aggregate(new.filter(_is_stats).map(_payload))
+        self._pending_broadcasts.append(broadcast)
+        self._current = new.filter(_is_block)
+        # the previous sweep's RDD is no longer read (``new`` is materialized); a lost partition of ``new``
+        # is recomputed from the anchor with the broadcasts kept in ``_pending_broadcasts``
+        for rdd in self._uncheckpointed:
+            rdd.unpersist(blocking=False)
+        self._uncheckpointed = []
+        if truncate:
+            self._release_until(new, broadcast)
+        else:
+            self._uncheckpointed.append(new)
+        return stats
+
+    def _release_until(self, anchor, anchor_broadcast) -> None:
+        """``anchor`` has a truncated lineage: free everything older.
+
+        The anchor's own broadcast stays alive: the (checkpointed) RDD object still references it, and
+        Spark serializes that reference with every task that reads the anchor.
+        """
+        if self._anchor is not self._base:
+            self._anchor.unpersist(blocking=False)
+        for broadcast in self._pending_broadcasts:
+            if broadcast is not anchor_broadcast:
+                broadcast.destroy()
+        self._pending_broadcasts = [anchor_broadcast]
+        self._anchor = anchor
+        self._sweeps_since_anchor = 0
+        log.debug("lineage truncated; older cached sweeps and broadcasts released")
+
+    def item_blobs(self, fn: ItemFn, value: Any):
+        """RDD of one-element tuples holding a pickled ``(block, ItemResult)`` per block.
+
+        The broadcast of ``value`` is kept until :meth:`close`, because the RDD is evaluated lazily.
+        """
+        broadcast = self.sc.broadcast(value)
+        self._pending_broadcasts.append(broadcast)
+        return self._current.mapPartitions(partial(_items_partition, fn, broadcast))
+
+    def close(self) -> None:
+        """Unpersist every cached RDD and destroy every broadcast."""
+        for rdd in self._uncheckpointed:
+            rdd.unpersist(blocking=False)
+        if self._anchor is not self._base:
+            self._anchor.unpersist(blocking=False)
+        self._base.unpersist(blocking=False)
+        for broadcast in self._pending_broadcasts:
+            broadcast.destroy()
+        self._uncheckpointed = []
+        self._pending_broadcasts = []

@@ -1,0 +1,1 @@
+"""Model kernels: pure numpy functions over blocks of items (no pyspark here)."""

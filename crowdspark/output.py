@@ -1,0 +1,199 @@
+"""Writing results so that a failed run never leaves a directory that looks complete.
+
+Everything is first written into a staging directory beside the destination
+(``<dir>.crowdspark-staging-<id>``); ``summary.json`` is written last, and only then is the staging
+directory renamed to the destination (an existing destination is moved aside first and deleted after).
+A failed run removes its staging directory; a killed one leaves only a directory whose name says it is
+staging, without being mistaken for a result.  Local paths use ``os.rename``; other filesystems (HDFS,
+S3A ...) use Hadoop's ``FileSystem.rename`` through the SparkContext.
+
+Tables written under the output directory:
+
+* ``items/``: ``item`` (string), ``label`` (string), ``confidence`` (double, the posterior of ``label``),
+  ``posterior`` (array<double> in the order of ``summary.json``'s ``classes``) and model extras
+  (``level``, ``level_posterior`` ...).
+* ``workers/``: ``worker`` (string), ``n_labels`` (long), ``accuracy`` (double), ``confusion``
+  (array<array<double>>, row = true class, column = given label) and model extras.
+
+Parquet by default; with ``output.format = "csv"`` array columns are written as JSON strings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from crowdspark.data import is_local
+from crowdspark.models.base import ItemResult
+
+__all__ = ["StagedOutput", "item_frame", "worker_frame", "write_frame_local", "to_jsonable"]
+
+log = logging.getLogger(__name__)
+
+
+def to_jsonable(value: Any) -> Any:
+    """numpy scalars/arrays and NaN -> plain JSON values (NaN and inf become None)."""
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return to_jsonable(value.tolist())
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if np.isfinite(value) else None
+    return value
+
+
+def item_frame(item_ids: np.ndarray, result: ItemResult, classes: list[str] | tuple[str, ...]) -> pd.DataFrame:
+    """One block's per-item results as a DataFrame (array columns hold Python lists)."""
+    classes_arr = np.asarray(classes, dtype=object)
+    n = len(item_ids)
+    data: dict[str, Any] = {
+        "item": np.asarray(item_ids, dtype=object),
+        "label": classes_arr[result.label] if n else np.zeros(0, dtype=object),
+        "confidence": result.posterior[np.arange(n), result.label] if n else np.zeros(0),
+        "posterior": list(result.posterior),
+    }
+    for name, values in result.extra.items():
+        values = np.asarray(values)
+        data[name] = list(values) if values.ndim > 1 else values
+    return pd.DataFrame(data)
+
+
+def worker_frame(workers: tuple[str, ...], table: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The worker table (columns of length K) as a DataFrame; nested arrays become nested lists."""
+    data: dict[str, Any] = {"worker": np.asarray(workers, dtype=object)}
+    for name, values in table.items():
+        values = np.asarray(values)
+        data[name] = values.tolist() if values.ndim > 1 else values
+    return pd.DataFrame(data)
+
+
+def _csv_ready(frame: pd.DataFrame) -> pd.DataFrame:
+    out = frame.copy()
+    for column in out.columns:
+        if len(out) and isinstance(out[column].iloc[0], (list, np.ndarray)):
+            out[column] = [json.dumps(to_jsonable(v)) for v in out[column]]
+    return out
+
+
+def write_frame_local(frame: pd.DataFrame, directory: str, fmt: str) -> None:
+    """Write a pandas table as a one-file dataset directory (``part-00000.<fmt>``)."""
+    os.makedirs(directory, exist_ok=True)
+    if fmt == "csv":
+        _csv_ready(frame).to_csv(os.path.join(directory, "part-00000.csv"), index=False)
+    else:
+        frame = frame.copy()
+        for column in frame.columns:
+            if len(frame) and isinstance(frame[column].iloc[0], np.ndarray):
+                frame[column] = [v.tolist() for v in frame[column]]
+        frame.to_parquet(os.path.join(directory, "part-00000.parquet"), index=False)
+
+
+def _strip(path: str) -> str:
+    return path[len("file://") :] if path.startswith("file://") else path
+
+
+class StagedOutput:
+    """A staging directory that becomes ``destination`` on :meth:`commit`.
+
+    Parameters
+    ----------
+    destination : str
+        The output directory (local path or any Hadoop filesystem URI).
+    spark : SparkSession, optional
+        Needed for non-local destinations.
+    """
+
+    def __init__(self, destination: str, spark: Any = None) -> None:
+        self.destination = destination.rstrip("/")
+        self.local = is_local(self.destination)
+        self.staging = f"{self.destination}.crowdspark-staging-{uuid.uuid4().hex[:12]}"
+        self._spark = spark
+        if self.local:
+            os.makedirs(_strip(self.staging), exist_ok=False)
+
+    def path(self, name: str) -> str:
+        """Path of ``name`` inside the staging directory."""
+        return f"{self.staging}/{name}"
+
+    def write_json(self, name: str, payload: dict[str, Any]) -> None:
+        text = json.dumps(to_jsonable(payload), indent=2, sort_keys=False) + "\n"
+        if self.local:
+            with open(_strip(self.path(name)), "w", encoding="utf-8") as handle:
+                handle.write(text)
+        else:
+            fs, jpath = self._hadoop(self.path(name))
+            stream = fs.create(jpath, True)
+            try:
+                stream.write(bytearray(text.encode("utf-8")))
+            finally:
+                stream.close()
+
+    def commit(self) -> None:
+        """Make the staged result the destination (moving an older result aside, then deleting it)."""
+        if self.local:
+            dest, staging = _strip(self.destination), _strip(self.staging)
+            old = None
+            if os.path.exists(dest):
+                old = f"{dest}.crowdspark-old-{uuid.uuid4().hex[:12]}"
+                os.rename(dest, old)
+            os.rename(staging, dest)
+            if old:
+                shutil.rmtree(old, ignore_errors=True)
+        else:
+            fs, dest = self._hadoop(self.destination)
+            _, staging = self._hadoop(self.staging)
+            old = None
+            if fs.exists(dest):
+                _, old = self._hadoop(f"{self.destination}.crowdspark-old-{uuid.uuid4().hex[:12]}")
+                fs.rename(dest, old)
+            if not fs.rename(staging, dest):
+                raise OSError(f"could not rename {self.staging} to {self.destination}")
+            if old is not None:
+                fs.delete(old, True)
+        log.info("results written to %s", self.destination)
+
+    def abort(self) -> None:
+        """Remove the staging directory (best effort)."""
+        try:
+            if self.local:
+                shutil.rmtree(_strip(self.staging), ignore_errors=True)
+            else:
+                fs, staging = self._hadoop(self.staging)
+                fs.delete(staging, True)
+        except Exception:  # pragma: no cover - best effort on a failing run
+            log.warning("could not remove staging directory %s", self.staging)
+
+    def _hadoop(self, path: str):
+        sc = self._spark.sparkContext
+        jvm = sc._jvm
+        jpath = jvm.org.apache.hadoop.fs.Path(path)
+        return jpath.getFileSystem(sc._jsc.hadoopConfiguration()), jpath
+
+    def __enter__(self) -> "StagedOutput":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+
+
+def frames_from_blobs(blobs: Iterator, classes: tuple[str, ...]) -> Iterator[pd.DataFrame]:
+    """Decode pickled ``(block, ItemResult)`` values into item DataFrames (used on executors)."""
+    import pickle
+
+    for (blob,) in blobs:
+        block, result = pickle.loads(blob)
+        yield item_frame(block.item_ids, result, classes)

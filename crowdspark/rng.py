@@ -1,0 +1,90 @@
+"""Counter-based randomness keyed by (seed, sweep, item key, stream).
+
+Every random number the library uses on items is a pure function of the run's ``seed``, the ``sweep``
+(iteration) number, the item's stable 64-bit key and a ``stream`` number that separates independent draws
+within one sweep (for example the label draw and the level draw of a Gibbs sweep).  Nothing depends on the
+partition an item lands in, on the order items are visited, or on global state, so a result is the same on
+any number of partitions and after any task retry.
+
+Why not one ``numpy.random.Generator`` per item: creating a Philox generator costs about 10 microseconds,
+which at ten million items is longer than the sweep itself.  Instead we apply a keyed 64-bit mixing function
+(the SplitMix64 finalizer, applied twice with independent keys) to the item keys, vectorized over a whole
+block.  This is a counter-based generator in the sense of Salmon et al. (2011): the (seed, sweep, stream)
+triple is the key, the item key is the counter.  Driver-side draws (Dirichlet parameters) use numpy's
+``Philox`` seeded from ``SeedSequence([seed, sweep, stream])``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+__all__ = ["driver_generator", "item_keys", "uniforms"]
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
+_MUL2 = np.uint64(0x94D049BB133111EB)
+_MASK53 = np.uint64((1 << 53) - 1)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64 finalizer, a bijection on uint64 with full avalanche."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _MUL1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _MUL2
+    return x ^ (x >> np.uint64(31))
+
+
+def _key(seed: int, sweep: int, stream: int) -> tuple[np.uint64, np.uint64]:
+    digest = hashlib.blake2b(f"{seed}:{sweep}:{stream}".encode(), digest_size=16).digest()
+    return (np.uint64(int.from_bytes(digest[:8], "little")), np.uint64(int.from_bytes(digest[8:], "little")))
+
+
+def uniforms(seed: int, sweep: int, keys: np.ndarray, stream: int = 0) -> np.ndarray:
+    """Uniform draws in [0, 1), one per item key.
+
+    Parameters
+    ----------
+    seed, sweep, stream : int
+        The run's seed, the sweep number and an index separating independent draws within a sweep.
+    keys : ndarray of uint64, shape (n_items,)
+        Stable item keys (see :func:`item_keys`).
+
+    Returns
+    -------
+    ndarray of float64, shape (n_items,)
+    """
+    k1, k2 = _key(seed, sweep, stream)
+    with np.errstate(over="ignore"):
+        x = _mix(np.asarray(keys, dtype=np.uint64) * _GOLDEN + k1)
+        x = _mix(x ^ k2)
+    return (x >> np.uint64(11)).astype(np.float64) * (1.0 / float(1 << 53))
+
+
+def item_keys(item_ids: np.ndarray) -> np.ndarray:
+    """Stable 64-bit keys of item ids.
+
+    Ids are hashed as strings (``str(id)``) with pandas' SipHash-based ``hash_array`` and its fixed default
+    key, which is deterministic across processes, machines and runs.
+
+    Parameters
+    ----------
+    item_ids : array-like, shape (n_items,)
+
+    Returns
+    -------
+    ndarray of uint64, shape (n_items,)
+    """
+    from pandas.util import hash_array
+
+    values = np.asarray(item_ids, dtype=object)
+    if values.size and not isinstance(values[0], str):
+        values = np.array([str(v) for v in values], dtype=object)
+    return hash_array(values, categorize=False)
+
+
+def driver_generator(seed: int, sweep: int, stream: int = 0) -> np.random.Generator:
+    """A generator for driver-side draws (global parameters) of one sweep."""
+    return np.random.Generator(np.random.Philox(np.random.SeedSequence([seed, sweep, stream])))

@@ -1,0 +1,336 @@
+"""One aggregation run: read -> validate -> blocks -> fit -> evaluate -> write, on either engine.
+
+This is the function the command line, the spark-submit job and the end-to-end tests call.  It does no
+maths: models come from :mod:`crowdspark.algorithms`, the loop from :mod:`crowdspark.engine.loop`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field, fields
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from crowdspark import __version__
+from crowdspark.algorithms import build_model
+from crowdspark.block import Block, build_blocks
+from crowdspark.config import RunConfig
+from crowdspark.data import encode_rows, prepare_gold, prepare_labels, read_frame
+from crowdspark.engine.base import Engine
+from crowdspark.engine.local import LocalEngine
+from crowdspark.engine.loop import FitResult, finish_fn, fit
+from crowdspark.metrics import gold_stats, level_error_stats, metrics_from_stats
+from crowdspark.models.base import Model, State
+from crowdspark.output import StagedOutput, item_frame, worker_frame, write_frame_local
+from crowdspark.stats import Stats
+
+__all__ = ["RunResult", "aggregate", "aggregate_frames", "evaluate", "local_blocks"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunResult:
+    """What :func:`aggregate` returns: the summary written to ``summary.json`` and, for the local engine,
+    the item and worker tables (``None`` on Spark, where they stay distributed)."""
+
+    summary: dict[str, Any]
+    items: pd.DataFrame | None = None
+    workers: pd.DataFrame | None = None
+
+
+@dataclass
+class _Timer:
+    timings: dict[str, float] = field(default_factory=dict)
+    _start: float = field(default_factory=time.perf_counter)
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = round(now - self._start, 4)
+        self._start = now
+
+
+def _evaluate_block(model: Model, block: Block, state: State, params: Any) -> tuple[State, Stats]:
+    result = model.finish_block(block, state, params)
+    stats = gold_stats(block, result.posterior, result.label)
+    n_levels = getattr(model, "n_levels", None)
+    if n_levels is not None and "level" in result.extra:
+        stats.update(level_error_stats(block, result.extra["level"], n_levels))
+    return state, stats
+
+
+def evaluate(model: Model, engine: Engine, params: Any) -> dict[str, Any]:
+    """Metrics against the gold labels carried in the blocks (any engine)."""
+    stats = engine.map_reduce(partial(_evaluate_block, model), params, stateful=False)
+    return metrics_from_stats(stats)
+
+
+def _model_parameters(model: Model) -> dict[str, Any]:
+    return {f.name: getattr(model, f.name) for f in fields(model) if f.name not in ("n_workers", "n_classes")}
+
+
+def _summary(
+    config: RunConfig,
+    model: Model,
+    engine_name: str,
+    classes: tuple[str, ...],
+    n_workers: int,
+    result: FitResult,
+    extra_counts: dict[str, int],
+    inputs: dict[str, Any],
+) -> dict[str, Any]:
+    counts = {
+        "items": result.counts["n_items"],
+        "workers": n_workers,
+        "labels": result.counts["n_labels"],
+        "classes": len(classes),
+        "duplicate_pairs": result.counts["duplicate_pairs"],
+        "gold_items": result.counts["n_gold_items"],
+    }
+    counts.update(extra_counts)
+    return {
+        "algorithm": config.algorithm,
+        "engine": engine_name,
+        "seed": config.seed,
+        "version": __version__,
+        "parameters": _model_parameters(model),
+        "classes": list(classes),
+        "counts": counts,
+        "iterations": result.n_iter,
+        "converged": result.converged,
+        "stop_reason": result.stop_reason,
+        "history": result.history,
+        "model": model.summary(result.params),
+        "inputs": inputs,
+        "config": config.to_dict(),
+    }
+
+
+def aggregate(
+    config: RunConfig,
+    labels_path: str,
+    output_dir: str | None,
+    gold_path: str | None = None,
+    spark: Any = None,
+) -> RunResult:
+    """Run the configured algorithm on the configured engine and write the results.
+
+    Parameters
+    ----------
+    config : RunConfig
+    labels_path : str
+        File, folder or glob of labels.
+    output_dir : str or None
+        Destination directory (replaced atomically); ``None`` writes nothing (tests, API).
+    gold_path : str, optional
+        Gold labels for evaluation.
+    spark : SparkSession, optional
+        Required for the Spark engine.
+    """
+    if config.engine.name == "spark":
+        if spark is None:
+            raise ValueError("the spark engine needs a SparkSession")
+        return _aggregate_spark(spark, config, labels_path, output_dir, gold_path)
+    return _aggregate_local(config, labels_path, output_dir, gold_path)
+
+
+# --------------------------------------------------------------------------- local engine
+
+
+def _unused_classes(classes: tuple[str, ...], used: set[str]) -> int:
+    return len([c for c in classes if c not in used])
+
+
+def local_blocks(labels_frame: pd.DataFrame, gold_frame: pd.DataFrame | None, encoding, max_labels: int) -> list[Block]:
+    """Blocks of validated pandas labels (``item``/``worker``/``label``) with optional gold."""
+    truth = None
+    if gold_frame is not None:
+        truth = labels_frame["item"].map(dict(zip(gold_frame["item"], gold_frame["truth"]))).to_numpy(dtype=object)
+    encoded = encode_rows(
+        labels_frame["item"].to_numpy(dtype=object),
+        labels_frame["worker"].to_numpy(dtype=object),
+        labels_frame["label"].to_numpy(dtype=object),
+        truth,
+        encoding,
+    )
+    return build_blocks(*encoded, max_labels=max_labels)
+
+
+def aggregate_frames(
+    config: RunConfig,
+    labels_raw: pd.DataFrame,
+    gold_raw: pd.DataFrame | None = None,
+    labels_source: str = "<DataFrame>",
+    gold_source: str = "<DataFrame>",
+) -> RunResult:
+    """Validate, fit and evaluate on pandas frames with the local engine (nothing is written).
+
+    Parameters
+    ----------
+    config : RunConfig
+    labels_raw : DataFrame
+        Labels with the columns named by ``config.input``.
+    gold_raw : DataFrame, optional
+        Gold with the columns named by ``config.gold``.
+    labels_source, gold_source : str
+        Where the frames came from, for messages and the summary.
+
+    Returns
+    -------
+    RunResult
+        With ``items`` and ``workers`` tables; ``summary`` has no ``timings``.
+    """
+    timer = _Timer()
+    labels = prepare_labels(labels_raw, config.input, labels_source)
+    enc = labels.encoding
+    gold = None
+    if gold_raw is not None:
+        gold = prepare_gold(gold_raw, config.gold, list(enc.classes), gold_source)
+    extra = {"unused_classes": _unused_classes(enc.classes, set(labels.frame["label"].unique()))}
+    if gold is not None:
+        extra["gold_items_without_labels"] = int((~gold.frame["item"].isin(set(labels.frame["item"]))).sum())
+        extra["gold_repeated_rows"] = gold.repeated_rows
+    timer.lap("validate")
+    model = build_model(config.algorithm, config.algorithm_params(), enc.n_workers, enc.n_classes, config.seed)
+    blocks = local_blocks(labels.frame, None if gold is None else gold.frame, enc, config.engine.max_block_labels)
+    engine = LocalEngine(blocks)
+    timer.lap("blocks")
+    result = fit(model, engine)
+    timer.lap("fit")
+    metrics = evaluate(model, engine, result.params) if gold is not None else None
+    timer.lap("evaluate")
+    items = pd.concat(
+        [item_frame(b.item_ids, r, enc.classes) for b, r in engine.map_items(partial(finish_fn, model), result.params)],
+        ignore_index=True,
+    )
+    workers = worker_frame(enc.workers, model.worker_table(result.params, result.init_stats))
+    inputs = {"labels": labels_source, "gold": gold_source if gold_raw is not None else None,
+              "label_rows": int(len(labels_raw))}
+    summary = _summary(config, model, "local", enc.classes, enc.n_workers, result, extra, inputs)
+    if metrics is not None:
+        summary["metrics"] = metrics
+    timer.lap("tables")
+    summary["timings"] = timer.timings
+    return RunResult(summary=summary, items=items, workers=workers)
+
+
+def _aggregate_local(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None) -> RunResult:
+    start = time.perf_counter()
+    raw = read_frame(labels_path, config.input.format, "labels")
+    gold_raw = read_frame(gold_path, config.gold.format, "gold") if gold_path else None
+    read_seconds = round(time.perf_counter() - start, 4)
+    run = aggregate_frames(config, raw, gold_raw, labels_path, gold_path or "<none>")
+    run.summary["timings"] = {"read": read_seconds, **run.summary["timings"]}
+    if output_dir is not None:
+        start = time.perf_counter()
+        with StagedOutput(output_dir) as out:
+            write_frame_local(run.items, out.path("items"), config.output.format)
+            write_frame_local(run.workers, out.path("workers"), config.output.format)
+            run.summary["timings"]["write"] = round(time.perf_counter() - start, 4)
+            out.write_json("summary.json", run.summary)
+            out.commit()
+    return run
+
+
+# --------------------------------------------------------------------------- spark engine
+
+
+def _item_schema(model: Model) -> str:
+    extras = getattr(model, "item_extras", {}) or {}
+    columns = ["item string", "label string", "confidence double", "posterior array<double>"]
+    columns += [f"{name} {ddl}" for name, ddl in extras.items()]
+    return ", ".join(columns)
+
+
+def _decode_items(frames, classes: tuple[str, ...]):
+    import pickle
+
+    for frame in frames:
+        for blob in frame["blob"]:
+            block, result = pickle.loads(blob)
+            yield item_frame(block.item_ids, result, classes)
+
+
+def _aggregate_spark(spark, config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None) -> RunResult:
+    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.spark_data import (
+        block_rdd,
+        gold_items_without_labels,
+        prepare_gold_spark,
+        prepare_labels_spark,
+        read_spark_frame,
+    )
+
+    timer = _Timer()
+    raw = read_spark_frame(spark, labels_path, config.input.format, "labels")
+    gold_raw = read_spark_frame(spark, gold_path, config.gold.format, "gold") if gold_path else None
+    timer.lap("read")
+    labels = prepare_labels_spark(raw, config.input, labels_path)
+    enc = labels.encoding
+    gold = prepare_gold_spark(gold_raw, config.gold, list(enc.classes), gold_path) if gold_raw is not None else None
+    used = {r[0] for r in labels.frame.select("label").distinct().collect()}
+    extra = {"unused_classes": _unused_classes(enc.classes, used)}
+    if gold is not None:
+        extra["gold_items_without_labels"] = gold_items_without_labels(labels, gold)
+        extra["gold_repeated_rows"] = gold.repeated_rows
+    timer.lap("validate")
+    model = build_model(config.algorithm, config.algorithm_params(), enc.n_workers, enc.n_classes, config.seed)
+    n_partitions = config.engine.partitions or spark.sparkContext.defaultParallelism
+    engine = SparkEngine(
+        block_rdd(labels, gold, n_partitions, config.engine.max_block_labels),
+        checkpoint_interval=config.engine.checkpoint_interval,
+        tree_depth=config.engine.tree_depth,
+    )
+    try:
+        timer.lap("blocks")
+        result = fit(model, engine)
+        timer.lap("fit")
+        metrics = evaluate(model, engine, result.params) if gold is not None else None
+        timer.lap("evaluate")
+        workers = worker_frame(enc.workers, model.worker_table(result.params, result.init_stats))
+        inputs = {"labels": labels_path, "gold": gold_path, "label_rows": labels.n_rows}
+        summary = _summary(config, model, "spark", enc.classes, enc.n_workers, result, extra, inputs)
+        summary["partitions"] = n_partitions
+        if metrics is not None:
+            summary["metrics"] = metrics
+        if output_dir is not None:
+            with StagedOutput(output_dir, spark) as out:
+                blobs = engine.item_blobs(partial(finish_fn, model), result.params)
+                blob_frame = spark.createDataFrame(blobs, "blob binary")
+                items = blob_frame.mapInPandas(partial(_decode_items, classes=enc.classes), _item_schema(model))
+                writer = items.write.mode("overwrite")
+                worker_sdf = spark.createDataFrame(workers)
+                if config.output.format == "csv":
+                    items = _arrays_to_json(items)
+                    worker_sdf = _arrays_to_json(worker_sdf)
+                    items.write.mode("overwrite").option("header", "true").csv(out.path("items"))
+                    worker_sdf.coalesce(1).write.mode("overwrite").option("header", "true").csv(out.path("workers"))
+                else:
+                    writer.parquet(out.path("items"))
+                    worker_sdf.coalesce(1).write.mode("overwrite").parquet(out.path("workers"))
+                timer.lap("write")
+                summary["timings"] = timer.timings
+                out.write_json("summary.json", summary)
+                out.commit()
+        else:
+            timer.lap("write")
+            summary["timings"] = timer.timings
+    finally:
+        engine.close()
+    return RunResult(summary=summary)
+
+
+def _arrays_to_json(frame):
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType
+
+    return frame.select(
+        *[
+            F.to_json(F.col(f.name)).alias(f.name) if isinstance(f.dataType, ArrayType) else F.col(f.name)
+            for f in frame.schema.fields
+        ]
+    )

@@ -1,0 +1,192 @@
+"""Reading, validating and encoding labels with Spark, and building the cached RDD of blocks.
+
+The rules and messages are those of :mod:`crowdspark.data`; here they are computed with Spark
+aggregations, so that nothing item-level is collected to the driver.  What reaches the driver is sized by
+workers and classes: the distinct workers (to number them), the distinct labels (at most
+:data:`crowdspark.data.MAX_CLASSES` + 1 are fetched), and counts.
+
+Blocks are built on the executors: labels are left-joined with gold, repartitioned by item (so every label
+of an item lands in one partition), and each partition is encoded and grouped into blocks by the same
+:func:`crowdspark.data.encode_rows` and :func:`crowdspark.block.build_blocks` the local engine uses.  The
+blocks travel from Arrow to Python as one pickled binary value per block.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from crowdspark.block import Block, build_blocks
+from crowdspark.config import GoldConfig, InputConfig
+from crowdspark.data import (
+    MAX_CLASSES,
+    Encoding,
+    decide_classes,
+    gold_conflict_error,
+    gold_outside_error,
+    infer_format,
+    is_local,
+    missing_columns_error,
+    null_error,
+    resolve_local_paths,
+)
+from crowdspark.errors import InputError
+
+__all__ = ["read_spark_frame", "SparkLabels", "prepare_labels_spark", "prepare_gold_spark", "block_rdd"]
+
+log = logging.getLogger(__name__)
+
+
+def read_spark_frame(spark, path: str, fmt: str, what: str):
+    """Read a file, folder or glob (local or any Hadoop filesystem) as a DataFrame.
+
+    CSV is read with a header and without type inference (every column a string).
+    """
+    from pyspark.errors import AnalysisException
+
+    files = resolve_local_paths(path, what) if is_local(path) else None
+    if fmt == "auto":
+        fmt = infer_format(path, files, what)
+    reader = spark.read.format(fmt)
+    if fmt == "csv":
+        reader = reader.option("header", "true").option("inferSchema", "false")
+    try:
+        # a local glob or folder was resolved above; pass Spark the exact files
+        return reader.load(files if files else path)
+    except AnalysisException as exc:
+        raise InputError(f"cannot read {what} at {path!r} as {fmt}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class SparkLabels:
+    """Validated labels: a DataFrame with string columns ``item``, ``worker``, ``label``."""
+
+    frame: object
+    encoding: Encoding
+    source: str
+    n_rows: int
+
+
+def _check_columns(frame, cols: dict[str, str], what: str, source: str, prefix: str) -> None:
+    missing = [c for c in cols.values() if c not in frame.columns]
+    if missing:
+        raise missing_columns_error(what, source, missing, list(frame.columns), [f"{prefix}.{k}" for k in cols])
+
+
+def prepare_labels_spark(frame, cfg: InputConfig, source: str) -> SparkLabels:
+    """Validate a labels DataFrame and build its encoding (see :func:`crowdspark.data.prepare_labels`)."""
+    from pyspark.sql import functions as F
+
+    cols = {"item": cfg.item, "worker": cfg.worker, "label": cfg.label}
+    _check_columns(frame, cols, "labels", source, "input")
+    frame = frame.select(*[F.col(f"`{column}`").cast("string").alias(role) for role, column in cols.items()])
+    aggs = [F.count(F.lit(1)).alias("rows")] + [
+        F.sum(F.col(role).isNull().cast("long")).alias(role) for role in cols
+    ]
+    row = frame.agg(*aggs).collect()[0]
+    if row["rows"] == 0:
+        raise InputError(f"labels at {source!r} have no rows; there is nothing to aggregate.")
+    for role, column in cols.items():
+        if row[role]:
+            raise null_error("labels", source, column, int(row[role]))
+    labels = [r[0] for r in frame.select("label").distinct().limit(MAX_CLASSES + 1).collect()]
+    classes = decide_classes(sorted(labels), cfg.classes, source, cfg.label)
+    workers = tuple(sorted(r[0] for r in frame.select("worker").distinct().collect()))
+    return SparkLabels(frame=frame, encoding=Encoding(workers, tuple(classes)), source=source, n_rows=int(row["rows"]))
+
+
+@dataclass(frozen=True)
+class SparkGold:
+    """Validated gold: DataFrame with string columns ``item``, ``truth``, one row per item."""
+
+    frame: object
+    source: str
+    repeated_rows: int
+
+
+def prepare_gold_spark(frame, cfg: GoldConfig, classes: list[str], source: str) -> SparkGold:
+    """Validate a gold DataFrame (see :func:`crowdspark.data.prepare_gold`)."""
+    from pyspark.sql import functions as F
+
+    cols = {"item": cfg.item, "truth": cfg.truth}
+    _check_columns(frame, cols, "gold", source, "gold")
+    frame = frame.select(*[F.col(f"`{column}`").cast("string").alias(role) for role, column in cols.items()])
+    row = frame.agg(
+        F.count(F.lit(1)).alias("rows"),
+        *[F.sum(F.col(role).isNull().cast("long")).alias(role) for role in cols],
+    ).collect()[0]
+    for role, column in cols.items():
+        if row[role]:
+            raise InputError(f"gold at {source!r}: column {column!r} has {row[role]} null value(s); remove these rows.")
+    outside = [
+        r[0] for r in frame.select("truth").distinct().filter(~F.col("truth").isin(list(classes))).limit(10).collect()
+    ]
+    if outside:
+        raise gold_outside_error(source, cfg.truth, sorted(outside), list(classes))
+    distinct = frame.distinct()
+    conflict = (
+        distinct.groupBy("item").agg(F.count(F.lit(1)).alias("n")).filter(F.col("n") > 1).limit(1).collect()
+    )
+    if conflict:
+        raise gold_conflict_error(source, conflict[0]["item"], int(conflict[0]["n"]))
+    n_distinct = distinct.count()
+    return SparkGold(frame=distinct, source=source, repeated_rows=int(row["rows"]) - n_distinct)
+
+
+def _blocks_from_arrow(batches: Iterator, encoding: Encoding, max_labels: int) -> Iterator:
+    """mapInArrow function: one partition's label rows -> pickled blocks (one row each)."""
+    import pyarrow as pa
+
+    from crowdspark.data import encode_rows
+
+    table = pa.Table.from_batches(list(batches))
+    if table.num_rows == 0:
+        return
+    frame = table.to_pandas()
+    truth = frame["truth"].to_numpy(dtype=object) if "truth" in frame else None
+    if truth is not None:
+        truth = np.where(frame["truth"].isna().to_numpy(), None, truth)
+    encoded = encode_rows(
+        frame["item"].to_numpy(dtype=object),
+        frame["worker"].to_numpy(dtype=object),
+        frame["label"].to_numpy(dtype=object),
+        truth,
+        encoding,
+    )
+    for block in build_blocks(*encoded, max_labels=max_labels):
+        yield pa.RecordBatch.from_pydict({"block": [pickle.dumps(block, protocol=5)]})
+
+
+def block_rdd(labels: SparkLabels, gold: SparkGold | None, n_partitions: int, max_labels: int):
+    """The RDD of :class:`~crowdspark.block.Block`, partitioned by item, not yet cached.
+
+    Parameters
+    ----------
+    labels : SparkLabels
+    gold : SparkGold or None
+        Joined onto the labels so that each block knows its items' gold classes.
+    n_partitions : int
+    max_labels : int
+        Largest number of labels in one block.
+    """
+    frame = labels.frame
+    if gold is not None:
+        frame = frame.join(gold.frame, on="item", how="left")
+    frame = frame.repartition(n_partitions, "item")
+    fn = partial(_blocks_from_arrow, encoding=labels.encoding, max_labels=max_labels)
+    blobs = frame.mapInArrow(fn, "block binary")
+    return blobs.rdd.map(_unpickle_block)
+
+
+def _unpickle_block(row) -> Block:
+    return pickle.loads(row[0])
+
+
+def gold_items_without_labels(labels: SparkLabels, gold: SparkGold) -> int:
+    """Number of gold items that have no label (counted, not scored)."""
+    return int(gold.frame.join(labels.frame.select("item").distinct(), on="item", how="left_anti").count())

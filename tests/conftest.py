@@ -1,0 +1,35 @@
+"""Shared fixtures: one SparkSession for the whole test session, and the bundled datasets."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data"
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A local[2] SparkSession shared by every Spark test (UI off, few shuffle partitions)."""
+    from crowdspark.spark_session import build_session
+
+    session = build_session(
+        "crowdspark-tests",
+        master="local[2]",
+        conf={"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2"},
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    return DATA

@@ -1,0 +1,106 @@
+"""The command line end to end: outputs, summary contract, exit codes, atomic results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from crowdspark.cli import main
+from tests.helpers import DATA
+
+RTE = ["--labels", str(DATA / "rte" / "labels.csv"), "--gold", str(DATA / "rte" / "truth.csv")]
+SUMMARY_KEYS = {"algorithm", "engine", "seed", "parameters", "classes", "counts", "iterations", "converged", "history", "timings", "metrics"}
+
+
+def test_local_run_writes_items_workers_and_summary(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["aggregate", *RTE, "--algorithm", "ds", "--engine", "local", "--seed", "3", "--output", str(out)]) == 0
+    assert "error rate 0.07" in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert SUMMARY_KEYS <= set(summary)
+    assert summary["algorithm"] == "ds" and summary["engine"] == "local" and summary["seed"] == 3
+    assert set(summary["counts"]) >= {"items", "workers", "labels", "classes", "duplicate_pairs"}
+    assert summary["counts"] == {**summary["counts"], "items": 800, "workers": 164, "labels": 8000, "classes": 2}
+    assert set(summary["metrics"]) >= {"error_rate", "nll", "n_gold"}
+    assert all(set(h) >= {"objective", "change", "seconds"} for h in summary["history"])
+    items = pd.read_parquet(out / "items")
+    assert list(items.columns[:4]) == ["item", "label", "confidence", "posterior"]
+    assert len(items) == 800
+    workers = pd.read_parquet(out / "workers")
+    assert list(workers.columns) == ["worker", "n_labels", "confusion", "accuracy"]
+    assert workers["n_labels"].sum() == 8000
+
+
+def test_csv_output_and_config_file(tmp_path):
+    conf = tmp_path / "run.toml"
+    conf.write_text('algorithm = "mv"\n[output]\nformat = "csv"\n')
+    out = tmp_path / "out"
+    assert main(["aggregate", *RTE, "--config", str(conf), "--engine", "local", "--output", str(out)]) == 0
+    items = pd.read_csv(out / "items" / "part-00000.csv")
+    assert json.loads(items["posterior"].iloc[0])[0] >= 0
+    assert json.loads((out / "summary.json").read_text())["algorithm"] == "mv"
+
+
+def test_bad_input_exits_2_with_a_message_and_no_traceback(tmp_path, capsys):
+    code = main(["aggregate", "--labels", str(tmp_path / "missing.csv"), "--engine", "local", "--output", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "crowdspark: error: cannot read labels: path" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+    code = main(["aggregate", *RTE, "--engine", "local", "--set", "ds.max_iter=0", "--output", str(tmp_path / "o")])
+    assert code == 2 and "ds.max_iter must be an integer >= 1, but got 0" in capsys.readouterr().err
+
+
+def test_failed_run_leaves_no_complete_looking_output(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    assert main(["aggregate", *RTE, "--algorithm", "mv", "--engine", "local", "--output", str(out)]) == 0
+    before = (out / "summary.json").read_text()
+
+    def broken(frame, directory, fmt):
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, "part-00000.parquet"), "w") as handle:
+            handle.write("half")
+        raise OSError("disk full")
+
+    monkeypatch.setattr("crowdspark.runner.write_frame_local", broken)
+    assert main(["aggregate", *RTE, "--algorithm", "ds", "--engine", "local", "--output", str(out)]) == 1
+    assert "failed: OSError: disk full" in capsys.readouterr().err
+    # the previous complete result is untouched, and no staging directory is left behind
+    assert (out / "summary.json").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_rerun_replaces_the_output_atomically(tmp_path):
+    out = tmp_path / "out"
+    for algorithm in ("mv", "ds"):
+        assert main(["aggregate", *RTE, "--algorithm", algorithm, "--engine", "local", "--output", str(out)]) == 0
+    assert json.loads((out / "summary.json").read_text())["algorithm"] == "ds"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_algorithms_lists_parameters(capsys):
+    assert main(["algorithms"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert listing["ds"] == {"max_iter": 100, "tol": 1e-6, "smoothing": 0.5}
+
+
+@pytest.mark.spark
+def test_python_m_crowdspark_on_spark_with_crowd_kit_columns(tmp_path):
+    labels = pd.read_csv(DATA / "temp" / "labels.csv", dtype=str).rename(columns={"item": "task"})
+    labels.to_parquet(tmp_path / "labels.parquet")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "crowdspark", "aggregate", "--labels", str(tmp_path / "labels.parquet"),
+         "--set", "input.item=task", "--algorithm", "ds", "--master", "local[2]", "--quiet", "--output", str(out)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["engine"] == "spark" and summary["counts"]["items"] == 462
+    assert len(pd.read_parquet(out / "items")) == 462

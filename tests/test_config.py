@@ -1,0 +1,73 @@
+"""Configuration files, overrides and their errors."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import fields
+
+import pytest
+
+from crowdspark.algorithms import algorithm_names, hyperparameters
+from crowdspark.config import EngineConfig, GoldConfig, InputConfig, OutputConfig, RunConfig, load_config
+from crowdspark.errors import ConfigError
+from tests.helpers import DATA
+
+DEFAULT = DATA.parent / "conf" / "default.toml"
+
+
+def test_default_toml_documents_every_key_with_the_code_default():
+    tree = tomllib.loads(DEFAULT.read_text())
+    defaults = RunConfig()
+    assert tree["algorithm"] == defaults.algorithm and tree["seed"] == defaults.seed
+    for name, cls in (("input", InputConfig), ("gold", GoldConfig), ("output", OutputConfig), ("engine", EngineConfig)):
+        obj = cls()
+        expected = {f.name: (list(v) if isinstance(v := getattr(obj, f.name), tuple) else v) for f in fields(cls)}
+        assert tree[name] == expected, name
+    for algorithm in algorithm_names():
+        assert tree.get(algorithm, {}) == hyperparameters(algorithm), algorithm
+    assert load_config([DEFAULT]) == RunConfig(algorithms={k: v for k, v in tree.items() if k in algorithm_names()})
+
+
+def test_precedence_file_then_set_then_flags(tmp_path):
+    conf = tmp_path / "a.toml"
+    conf.write_text('seed = 4\nalgorithm = "mv"\n[ds]\nmax_iter = 7\n[engine]\npartitions = 2\n')
+    config = load_config([conf], ["ds.max_iter=9", "seed=5"], seed=6, engine_name="local")
+    assert config.seed == 6 and config.algorithm == "mv"
+    assert config.algorithm_params("ds") == {"max_iter": 9}
+    assert config.engine.partitions == 2 and config.engine.name == "local"
+
+
+def test_set_values_are_read_as_toml_then_as_strings():
+    config = load_config(overrides=["input.item=task", "ds.tol=1e-3", 'input.classes=["b", "a"]'])
+    assert config.input.item == "task"
+    assert config.algorithm_params("ds") == {"tol": 1e-3}
+    assert config.input.classes == ("b", "a")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["nonsense"], r"--set must be KEY=VALUE \(e.g. ds.max_iter=50\), but got 'nonsense'"),
+        (["input.colour=red"], r"unknown configuration key\(s\) input.colour; known keys in \[input\]"),
+        (["input.format=xls"], r"input.format must be one of \['auto', 'csv', 'parquet', 'json'\], but got 'xls'"),
+        (["input.item=label"], r"must be three different columns"),
+        (['input.classes=["a", "a"]'], r"input.classes must not repeat a class"),
+        (["input.classes=a"], r"input.classes must be a list"),
+        (["engine.name=flink"], r"engine.name must be one of \['spark', 'local'\], but got 'flink'"),
+        (["engine.max_block_labels=0"], r"engine.max_block_labels must be an integer >= 1, but got 0"),
+        (["bogus=1"], r"unknown configuration key 'bogus'"),
+        (["seed=1.5"], r"seed must be an integer, but got 1.5"),
+    ],
+)
+def test_config_errors(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(overrides=overrides)
+
+
+def test_missing_and_invalid_files(tmp_path):
+    with pytest.raises(ConfigError, match=r"configuration file .*nope.toml' does not exist"):
+        load_config([tmp_path / "nope.toml"])
+    bad = tmp_path / "bad.toml"
+    bad.write_text("seed = = 1")
+    with pytest.raises(ConfigError, match=r"is not valid TOML"):
+        load_config([bad])
