@@ -55,6 +55,10 @@ class Block:
     truth: np.ndarray
     duplicate_pairs: int = 0
 
+    def __getstate__(self) -> dict:
+        # memoized derived data (``_incidence``, see models.common) is rebuilt where it is used, never shipped
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
     @property
     def n_items(self) -> int:
         return int(self.item_ids.shape[0])

@@ -272,8 +272,7 @@ def _aggregate_spark(spark, config: RunConfig, labels_path: str, output_dir: str
     labels = prepare_labels_spark(raw, config.input, labels_path)
     enc = labels.encoding
     gold = prepare_gold_spark(gold_raw, config.gold, list(enc.classes), gold_path) if gold_raw is not None else None
-    used = {r[0] for r in labels.frame.select("label").distinct().collect()}
-    extra = {"unused_classes": _unused_classes(enc.classes, used)}
+    extra = {"unused_classes": _unused_classes(enc.classes, set(labels.observed_classes))}
     if gold is not None:
         extra["gold_items_without_labels"] = gold_items_without_labels(labels, gold)
         extra["gold_repeated_rows"] = gold.repeated_rows

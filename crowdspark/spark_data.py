@@ -70,6 +70,7 @@ class SparkLabels:
     encoding: Encoding
     source: str
     n_rows: int
+    observed_classes: tuple[str, ...] = ()
 
 
 def _check_columns(frame, cols: dict[str, str], what: str, source: str, prefix: str) -> None:
@@ -97,7 +98,13 @@ def prepare_labels_spark(frame, cfg: InputConfig, source: str) -> SparkLabels:
     labels = [r[0] for r in frame.select("label").distinct().limit(MAX_CLASSES + 1).collect()]
     classes = decide_classes(sorted(labels), cfg.classes, source, cfg.label)
     workers = tuple(sorted(r[0] for r in frame.select("worker").distinct().collect()))
-    return SparkLabels(frame=frame, encoding=Encoding(workers, tuple(classes)), source=source, n_rows=int(row["rows"]))
+    return SparkLabels(
+        frame=frame,
+        encoding=Encoding(workers, tuple(classes)),
+        source=source,
+        n_rows=int(row["rows"]),
+        observed_classes=tuple(labels),
+    )
 
 
 @dataclass(frozen=True)
@@ -123,18 +130,17 @@ def prepare_gold_spark(frame, cfg: GoldConfig, classes: list[str], source: str) 
     for role, column in cols.items():
         if row[role]:
             raise InputError(f"gold at {source!r}: column {column!r} has {row[role]} null value(s); remove these rows.")
-    outside = [
-        r[0] for r in frame.select("truth").distinct().filter(~F.col("truth").isin(list(classes))).limit(10).collect()
-    ]
+    truths = [r[0] for r in frame.select("truth").distinct().limit(len(classes) + 11).collect()]
+    outside = sorted(set(truths) - set(classes))
     if outside:
-        raise gold_outside_error(source, cfg.truth, sorted(outside), list(classes))
+        raise gold_outside_error(source, cfg.truth, outside, list(classes))
+    per_item = frame.groupBy("item").agg(F.countDistinct("truth").alias("n"))
+    check = per_item.agg(F.count(F.lit(1)).alias("items"), F.max("n").alias("most")).collect()[0]
+    if check["most"] and check["most"] > 1:
+        example = per_item.filter(F.col("n") > 1).limit(1).collect()[0]
+        raise gold_conflict_error(source, example["item"], int(example["n"]))
     distinct = frame.distinct()
-    conflict = (
-        distinct.groupBy("item").agg(F.count(F.lit(1)).alias("n")).filter(F.col("n") > 1).limit(1).collect()
-    )
-    if conflict:
-        raise gold_conflict_error(source, conflict[0]["item"], int(conflict[0]["n"]))
-    n_distinct = distinct.count()
+    n_distinct = int(check["items"])
     return SparkGold(frame=distinct, source=source, repeated_rows=int(row["rows"]) - n_distinct)
 
 

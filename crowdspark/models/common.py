@@ -7,7 +7,7 @@ hold per-item weights over true classes (responsibilities or posteriors), shape 
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import logsumexp
+import scipy.sparse as sp
 
 from crowdspark.block import Block
 from crowdspark.rng import uniforms
@@ -16,6 +16,7 @@ __all__ = [
     "vote_counts",
     "argmax_random_ties",
     "per_item_sum",
+    "incidence",
     "label_loglik",
     "confusion_counts",
     "worker_label_counts",
@@ -73,6 +74,26 @@ def per_item_sum(block: Block, values: np.ndarray) -> np.ndarray:
     return np.add.reduceat(values, block.offsets[:-1], axis=0)
 
 
+def incidence(block: Block, n_workers: int, n_classes: int) -> sp.csc_matrix:
+    """The block's label incidence matrix ``A``, shape (K * C, n).
+
+    ``A[k * C + c, i]`` is the number of labels ``c`` worker ``k`` gave item ``i`` (duplicates count).
+    Labels are grouped by item, so this is a CSC matrix over the block's own arrays (``offsets`` is its
+    column pointer): building it costs one pass over the labels.  Sums over labels become sparse-dense
+    products: ``A.T @ table`` gathers and adds per-label table rows per item (the E-step), ``A @ resp``
+    adds per-item weights per (worker, label) (the M-step's expected counts).  Memoized on the block for
+    the life of the Python object (never pickled, see :class:`~crowdspark.block.Block`).
+    """
+    shape = (n_workers * n_classes, block.n_items)
+    cached = block.__dict__.get("_incidence")
+    if cached is not None and cached.shape == shape:
+        return cached
+    flat = block.worker.astype(np.int64) * n_classes + block.label
+    matrix = sp.csc_matrix((np.ones(block.n_labels), flat, block.offsets), shape=shape)
+    object.__setattr__(block, "_incidence", matrix)
+    return matrix
+
+
 def label_loglik(block: Block, log_pi: np.ndarray) -> np.ndarray:
     """Sum of log label probabilities per item for every configuration of the latent variables.
 
@@ -87,7 +108,12 @@ def label_loglik(block: Block, log_pi: np.ndarray) -> np.ndarray:
     ndarray, shape (n, ...)
         ``out[i, ...] = sum over labels (k, c) of item i of log_pi[k, ..., c]``.
     """
-    return per_item_sum(block, log_pi[block.worker, ..., block.label])
+    n_workers, n_classes = log_pi.shape[0], log_pi.shape[-1]
+    latent_shape = log_pi.shape[1:-1]
+    # table[k * C + c, latent] = log_pi[k, latent..., c]
+    table = np.moveaxis(log_pi, -1, 1).reshape(n_workers * n_classes, -1)
+    out = incidence(block, n_workers, n_classes).T @ table
+    return np.asarray(out).reshape((block.n_items,) + latent_shape)
 
 
 def confusion_counts(block: Block, resp: np.ndarray, n_workers: int, n_classes: int) -> np.ndarray:
@@ -104,15 +130,10 @@ def confusion_counts(block: Block, resp: np.ndarray, n_workers: int, n_classes: 
         ``out[k, ..., c] = sum over labels of worker k with class c of resp[item, ...]``.
     """
     latent_shape = resp.shape[1:]
-    flat_resp = resp.reshape(resp.shape[0], -1)
-    index = block.worker.astype(np.int64) * n_classes + block.label
-    size = n_workers * n_classes
-    out = np.empty((flat_resp.shape[1], size))
-    for j in range(flat_resp.shape[1]):
-        out[j] = np.bincount(index, weights=flat_resp[block.item_of_label, j], minlength=size)
-    # out[j, k * C + c] -> (K, latent..., C)
-    out = out.reshape(flat_resp.shape[1], n_workers, n_classes).transpose(1, 0, 2)
-    return out.reshape((n_workers,) + latent_shape + (n_classes,))
+    flat = np.asarray(incidence(block, n_workers, n_classes) @ resp.reshape(resp.shape[0], -1))
+    # flat[k * C + c, latent] -> (K, latent..., C)
+    out = flat.reshape((n_workers, n_classes) + latent_shape)
+    return np.moveaxis(out, 1, -1)
 
 
 def worker_label_counts(block: Block, n_workers: int) -> np.ndarray:
@@ -129,8 +150,12 @@ def normalize_log(log_scores: np.ndarray, axis: int | tuple[int, ...] = -1) -> t
     log_norm : ndarray
         ``logsumexp`` over ``axis`` (the log normalizer), with ``axis`` removed.
     """
-    log_norm = logsumexp(log_scores, axis=axis, keepdims=True)
-    probs = np.exp(log_scores - log_norm)
+    top = np.max(log_scores, axis=axis, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    probs = np.exp(log_scores - top)
+    total = np.sum(probs, axis=axis, keepdims=True)
+    probs /= total
+    log_norm = np.log(total) + top
     return probs, np.squeeze(log_norm, axis=axis)
 
 
