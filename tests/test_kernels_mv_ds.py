@@ -149,3 +149,22 @@ def test_ds_warns_when_it_stops_without_converging():
 def test_ds_parameter_validation(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         DawidSkene(3, 2, **kwargs)
+
+
+def test_ds_recovers_planted_confusion_matrices():
+    from crowdspark.synthetic import dawid_skene_data
+
+    labels, truth, planted = dawid_skene_data(20_000, 50, 3, 8, seed=5)
+    blocks, enc = frames_to_blocks(labels, truth)
+    result, results = run(DawidSkene(enc.n_workers, enc.n_classes, smoothing=0.01), blocks)
+    # worker ids "w0000".. are in index order, classes "0".."2" too
+    assert list(enc.workers) == sorted(enc.workers) and list(enc.classes) == ["0", "1", "2"]
+    estimated = np.exp(result.params["log_pi"])
+    worker_index = [int(w[1:]) for w in enc.workers]
+    true_pi = planted["pi"][worker_index]
+    n_labels = np.bincount(np.concatenate([b.worker for b in blocks]), minlength=enc.n_workers)
+    busy = n_labels >= 2000
+    assert busy.sum() >= 10
+    assert np.max(np.abs(estimated[busy] - true_pi[busy])) < 0.05
+    np.testing.assert_allclose(np.exp(result.params["log_alpha"]), planted["alpha"], atol=0.02)
+    assert error_rate(results) < 0.05

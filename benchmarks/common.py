@@ -1,0 +1,68 @@
+"""Shared pieces of the benchmarks: datasets on disk, engines, timing of fits."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "data"
+
+
+def machine() -> str:
+    """A one-line description of this machine."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            names = [line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {sys.version.split()[0]}, {platform.system()}"
+
+
+def spark_session(master: str = "local[2]"):
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from crowdspark.spark_session import build_session
+
+    spark = build_session(
+        "crowdspark-bench", master=master, conf={"spark.driver.memory": "8g", "spark.sql.shuffle.partitions": "8"}
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def ds_dataset(spark, n_labels: int, labels_per_item: int = 10, n_classes: int = 5, seed: int = 0) -> str:
+    """Path of a synthetic Dawid-Skene Parquet dataset with ``n_labels`` labels (generated once)."""
+    from crowdspark.synthetic import write_parquet
+
+    n_items = n_labels // labels_per_item
+    n_workers = int(min(100_000, max(1_000, n_items // 100)))
+    path = DATA / f"ds-{n_labels}-k{n_workers}-c{n_classes}-s{seed}"
+    if not (path / "_SUCCESS").exists():
+        write_parquet(spark, str(path), "ds", n_items, n_workers, n_classes, labels_per_item, seed,
+                      truth_path=str(path) + "-truth")
+    return str(path)
+
+
+def timed_fit(model, engine) -> tuple[list[float], float]:
+    """Per-iteration seconds and total seconds of a fit (no convergence warning)."""
+    from crowdspark.engine.loop import fit
+
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = fit(model, engine)
+    return [h["seconds"] for h in result.history], time.perf_counter() - start
+
+
+def median(values: list[float]) -> float:
+    return float(np.median(values)) if values else float("nan")
