@@ -28,7 +28,7 @@ from crowdspark.models.base import Model, State
 from crowdspark.output import StagedOutput, item_frame, worker_frame, write_frame_local
 from crowdspark.stats import Stats
 
-__all__ = ["RunResult", "aggregate", "aggregate_frames", "evaluate", "local_blocks"]
+__all__ = ["RunResult", "SparkFit", "aggregate", "aggregate_frames", "fit_spark_frames", "evaluate", "local_blocks"]
 
 log = logging.getLogger(__name__)
 
@@ -255,23 +255,73 @@ def _decode_items(frames, classes: tuple[str, ...]):
             yield item_frame(block.item_ids, result, classes)
 
 
-def _aggregate_spark(spark, config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None) -> RunResult:
-    from crowdspark.engine.spark import SparkEngine
-    from crowdspark.spark_data import (
-        block_rdd,
-        gold_items_without_labels,
-        prepare_gold_spark,
-        prepare_labels_spark,
-        read_spark_frame,
-    )
+@dataclass
+class SparkFit:
+    """A fit on the Spark engine whose blocks are still cached (call :meth:`close` when done).
 
-    timer = _Timer()
-    raw = read_spark_frame(spark, labels_path, config.input.format, "labels")
-    gold_raw = read_spark_frame(spark, gold_path, config.gold.format, "gold") if gold_path else None
-    timer.lap("read")
-    labels = prepare_labels_spark(raw, config.input, labels_path)
+    Attributes
+    ----------
+    model : Model
+    engine : SparkEngine
+    result : FitResult
+    summary : dict
+        The run summary (without ``timings``, which the caller adds).
+    workers : DataFrame (pandas)
+        The worker table (size K: it lives on the driver).
+    encoding : Encoding
+    """
+
+    model: Model
+    engine: Any
+    result: FitResult
+    summary: dict[str, Any]
+    workers: pd.DataFrame
+    encoding: Any
+
+    def items(self, spark):
+        """The per-item results as a (lazy, distributed) Spark DataFrame; valid until :meth:`close`."""
+        blobs = self.engine.item_blobs(partial(finish_fn, self.model), self.result.params)
+        blob_frame = spark.createDataFrame(blobs, "blob binary")
+        decode = partial(_decode_items, classes=self.encoding.classes)
+        return blob_frame.mapInPandas(decode, _item_schema(self.model))
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def fit_spark_frames(
+    spark,
+    config: RunConfig,
+    labels_raw,
+    gold_raw=None,
+    labels_source: str = "<DataFrame>",
+    gold_source: str | None = None,
+    timer: _Timer | None = None,
+) -> SparkFit:
+    """Validate, fit and evaluate Spark DataFrames on the Spark engine (nothing is written).
+
+    Parameters
+    ----------
+    spark : SparkSession
+    config : RunConfig
+    labels_raw : pyspark DataFrame
+        Labels with the columns named by ``config.input``.
+    gold_raw : pyspark DataFrame, optional
+        Gold with the columns named by ``config.gold``.
+    labels_source, gold_source : str
+        Where the frames came from, for messages and the summary.
+    timer : optional
+        Collects the phase timings.
+    """
+    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.spark_data import block_rdd, gold_items_without_labels, prepare_gold_spark, prepare_labels_spark
+
+    timer = timer or _Timer()
+    labels = prepare_labels_spark(labels_raw, config.input, labels_source)
     enc = labels.encoding
-    gold = prepare_gold_spark(gold_raw, config.gold, list(enc.classes), gold_path) if gold_raw is not None else None
+    gold = None
+    if gold_raw is not None:
+        gold = prepare_gold_spark(gold_raw, config.gold, list(enc.classes), gold_source or "<DataFrame>")
     extra = {"unused_classes": _unused_classes(enc.classes, set(labels.observed_classes))}
     if gold is not None:
         extra["gold_items_without_labels"] = gold_items_without_labels(labels, gold)
@@ -291,26 +341,30 @@ def _aggregate_spark(spark, config: RunConfig, labels_path: str, output_dir: str
         metrics = evaluate(model, engine, result.params) if gold is not None else None
         timer.lap("evaluate")
         workers = worker_frame(enc.workers, model.worker_table(result.params, result.init_stats))
-        inputs = {"labels": labels_path, "gold": gold_path, "label_rows": labels.n_rows}
+        inputs = {"labels": labels_source, "gold": gold_source, "label_rows": labels.n_rows}
         summary = _summary(config, model, "spark", enc.classes, enc.n_workers, result, extra, inputs)
         summary["partitions"] = n_partitions
         if metrics is not None:
             summary["metrics"] = metrics
+    except BaseException:
+        engine.close()
+        raise
+    return SparkFit(model=model, engine=engine, result=result, summary=summary, workers=workers, encoding=enc)
+
+
+def _aggregate_spark(spark, config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None) -> RunResult:
+    from crowdspark.spark_data import read_spark_frame
+
+    timer = _Timer()
+    raw = read_spark_frame(spark, labels_path, config.input.format, "labels")
+    gold_raw = read_spark_frame(spark, gold_path, config.gold.format, "gold") if gold_path else None
+    timer.lap("read")
+    run = fit_spark_frames(spark, config, raw, gold_raw, labels_path, gold_path, timer)
+    summary = run.summary
+    try:
         if output_dir is not None:
             with StagedOutput(output_dir, spark) as out:
-                blobs = engine.item_blobs(partial(finish_fn, model), result.params)
-                blob_frame = spark.createDataFrame(blobs, "blob binary")
-                items = blob_frame.mapInPandas(partial(_decode_items, classes=enc.classes), _item_schema(model))
-                writer = items.write.mode("overwrite")
-                worker_sdf = spark.createDataFrame(workers)
-                if config.output.format == "csv":
-                    items = _arrays_to_json(items)
-                    worker_sdf = _arrays_to_json(worker_sdf)
-                    items.write.mode("overwrite").option("header", "true").csv(out.path("items"))
-                    worker_sdf.coalesce(1).write.mode("overwrite").option("header", "true").csv(out.path("workers"))
-                else:
-                    writer.parquet(out.path("items"))
-                    worker_sdf.coalesce(1).write.mode("overwrite").parquet(out.path("workers"))
+                _write_spark_tables(spark, run, config.output.format, out)
                 timer.lap("write")
                 summary["timings"] = timer.timings
                 out.write_json("summary.json", summary)
@@ -319,8 +373,19 @@ def _aggregate_spark(spark, config: RunConfig, labels_path: str, output_dir: str
             timer.lap("write")
             summary["timings"] = timer.timings
     finally:
-        engine.close()
+        run.close()
     return RunResult(summary=summary)
+
+
+def _write_spark_tables(spark, run: SparkFit, fmt: str, out: StagedOutput) -> None:
+    items = run.items(spark)
+    workers = spark.createDataFrame(run.workers)
+    if fmt == "csv":
+        _arrays_to_json(items).write.mode("overwrite").option("header", "true").csv(out.path("items"))
+        _arrays_to_json(workers).coalesce(1).write.mode("overwrite").option("header", "true").csv(out.path("workers"))
+    else:
+        items.write.mode("overwrite").parquet(out.path("items"))
+        workers.coalesce(1).write.mode("overwrite").parquet(out.path("workers"))
 
 
 def _arrays_to_json(frame):
