@@ -8,12 +8,13 @@ ones, and the model's own ``__post_init__`` checks the values.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, replace
 from typing import Any
 
 from crowdspark.errors import ConfigError
 from crowdspark.models.base import Model
 from crowdspark.models.dawid_skene import DawidSkene
+from crowdspark.models.idbla_gibbs import Bcc, FixedIdbla, IdblaGibbs, paper_preset
 from crowdspark.models.majority_vote import MajorityVote
 
 __all__ = ["ALGORITHMS", "register", "algorithm_names", "hyperparameters", "build_model"]
@@ -30,6 +31,14 @@ def register(name: str, cls: type[Model]) -> None:
 
 register("mv", MajorityVote)
 register("ds", DawidSkene)
+register("bcc", Bcc)
+register("idbla", IdblaGibbs)
+register("fixed-idbla", FixedIdbla)
+
+#: named parameter sets: ``--set <algorithm>.preset=paper``
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {"bcc": paper_preset, "idbla": paper_preset, "fixed-idbla": paper_preset},
+}
 
 
 def algorithm_names() -> list[str]:
@@ -70,6 +79,8 @@ def build_model(name: str, params: dict[str, Any], n_workers: int, n_classes: in
         Unknown algorithm, unknown key, or an invalid value.
     """
     cls = _lookup(name)
+    params = dict(params)
+    preset = params.pop("preset", None)
     known = hyperparameters(name)
     unknown = sorted(set(params) - set(known))
     if unknown:
@@ -77,4 +88,12 @@ def build_model(name: str, params: dict[str, Any], n_workers: int, n_classes: in
             f"unknown parameter(s) {', '.join(f'{name}.{k}' for k in unknown)} for algorithm {name!r}; "
             f"known: {', '.join(sorted(known)) or '(none)'}"
         )
-    return cls(n_workers=n_workers, n_classes=n_classes, seed=seed, **params)
+    model = cls(n_workers=n_workers, n_classes=n_classes, seed=seed, **params)
+    if preset is not None:
+        makers = PRESETS.get(preset, {})
+        if name not in makers:
+            available = sorted(p for p, m in PRESETS.items() if name in m)
+            raise ConfigError(f"{name}.preset must be one of {available}, but got {preset!r}")
+        # the preset sets the paper's values; explicit parameters given next to it still win
+        model = replace(makers[name](model), **params)
+    return model

@@ -88,6 +88,8 @@ class Model:
     stateful: bool = False
     #: number of extra initialization rounds (see ``init_round``)
     n_init_rounds: int = 0
+    #: per-item output columns ``ItemResult.extra`` holds, with their Spark SQL types (e.g. ``"int"``)
+    item_extras: dict[str, str] = {}
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         raise NotImplementedError
