@@ -16,9 +16,10 @@ import numpy as np
 import pandas as pd
 
 from crowdspark import __version__
-from crowdspark.algorithms import build_model
+from crowdspark.algorithms import build_model, hyperparameters
 from crowdspark.block import Block, build_blocks
 from crowdspark.config import RunConfig
+from crowdspark.errors import ConfigError
 from crowdspark.data import encode_rows, prepare_gold, prepare_labels, read_frame
 from crowdspark.engine.base import Engine
 from crowdspark.engine.local import LocalEngine
@@ -67,6 +68,52 @@ def evaluate(model: Model, engine: Engine, params: Any) -> dict[str, Any]:
     """Metrics against the gold labels carried in the blocks (any engine)."""
     stats = engine.map_reduce(partial(_evaluate_block, model), params, stateful=False)
     return metrics_from_stats(stats)
+
+
+#: configuration keys of level models handled here, not by the model: candidates and criterion for H
+SELECTION_KEYS = ("select_levels", "level_criterion")
+#: the paper's protocol (section 5.2): try several H, keep the largest log p(L | pi, T, Q)
+PAPER_LEVELS = {"idbla": [1, 2, 3, 4], "fixed-idbla": [2, 3, 4]}
+
+
+def fit_configured(config: RunConfig, n_workers: int, n_classes: int, engine: Engine) -> tuple[Model, FitResult, dict | None]:
+    """Build the configured model and fit it, first choosing H when the configuration asks for it.
+
+    ``<algorithm>.select_levels = [1, 2, 3]`` fits each H and keeps the best by ``level_criterion``
+    (default ``"aic"``; see :mod:`crowdspark.model_selection`); ``preset = "paper"`` implies the paper's
+    protocol (its criterion over :data:`PAPER_LEVELS`) unless ``select_levels`` is given.
+
+    Returns
+    -------
+    model, result, selection
+        ``selection`` is ``{"criterion", "chosen", "table"}`` or ``None``.
+    """
+    name = config.algorithm
+    params = config.algorithm_params()
+    candidates = params.pop("select_levels", None)
+    criterion = params.pop("level_criterion", None)
+    if candidates is None and params.get("preset") == "paper" and name in PAPER_LEVELS:
+        candidates, criterion = PAPER_LEVELS[name], criterion or "paper"
+    selection = None
+    if candidates is not None or criterion is not None:
+        from crowdspark.model_selection import choose_levels
+
+        if "n_levels" not in hyperparameters(name):
+            raise ConfigError(f"{name}.select_levels applies only to models with difficulty levels; remove it")
+        if not isinstance(candidates, list) or not candidates or not all(
+            isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in candidates
+        ):
+            raise ConfigError(f"{name}.select_levels must be a list of integers >= 1, but got {candidates!r}")
+
+        def make(h: int) -> Model:
+            return build_model(name, {**params, "n_levels": h}, n_workers, n_classes, config.seed)
+
+        choice = choose_levels(make, engine, candidates, criterion or "aic")
+        params["n_levels"] = choice.chosen
+        selection = {"criterion": choice.criterion, "chosen": choice.chosen, "table": choice.table}
+        log.info("%s: chose H = %d by %s", name, choice.chosen, choice.criterion)
+    model = build_model(name, params, n_workers, n_classes, config.seed)
+    return model, fit(model, engine), selection
 
 
 def _model_parameters(model: Model) -> dict[str, Any]:
@@ -195,11 +242,10 @@ def aggregate_frames(
         extra["gold_items_without_labels"] = int((~gold.frame["item"].isin(set(labels.frame["item"]))).sum())
         extra["gold_repeated_rows"] = gold.repeated_rows
     timer.lap("validate")
-    model = build_model(config.algorithm, config.algorithm_params(), enc.n_workers, enc.n_classes, config.seed)
     blocks = local_blocks(labels.frame, None if gold is None else gold.frame, enc, config.engine.max_block_labels)
     engine = LocalEngine(blocks)
     timer.lap("blocks")
-    result = fit(model, engine)
+    model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, engine)
     timer.lap("fit")
     metrics = evaluate(model, engine, result.params) if gold is not None else None
     timer.lap("evaluate")
@@ -211,6 +257,8 @@ def aggregate_frames(
     inputs = {"labels": labels_source, "gold": gold_source if gold_raw is not None else None,
               "label_rows": int(len(labels_raw))}
     summary = _summary(config, model, "local", enc.classes, enc.n_workers, result, extra, inputs)
+    if selection is not None:
+        summary["level_selection"] = selection
     if metrics is not None:
         summary["metrics"] = metrics
     timer.lap("tables")
@@ -327,7 +375,6 @@ def fit_spark_frames(
         extra["gold_items_without_labels"] = gold_items_without_labels(labels, gold)
         extra["gold_repeated_rows"] = gold.repeated_rows
     timer.lap("validate")
-    model = build_model(config.algorithm, config.algorithm_params(), enc.n_workers, enc.n_classes, config.seed)
     n_partitions = config.engine.partitions or spark.sparkContext.defaultParallelism
     engine = SparkEngine(
         block_rdd(labels, gold, n_partitions, config.engine.max_block_labels),
@@ -336,7 +383,7 @@ def fit_spark_frames(
     )
     try:
         timer.lap("blocks")
-        result = fit(model, engine)
+        model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, engine)
         timer.lap("fit")
         metrics = evaluate(model, engine, result.params) if gold is not None else None
         timer.lap("evaluate")
@@ -344,6 +391,8 @@ def fit_spark_frames(
         inputs = {"labels": labels_source, "gold": gold_source, "label_rows": labels.n_rows}
         summary = _summary(config, model, "spark", enc.classes, enc.n_workers, result, extra, inputs)
         summary["partitions"] = n_partitions
+        if selection is not None:
+            summary["level_selection"] = selection
         if metrics is not None:
             summary["metrics"] = metrics
     except BaseException:

@@ -1,0 +1,52 @@
+"""Choosing H and presets through the configuration (local engine)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from crowdspark.config import load_config
+from crowdspark.errors import ConfigError
+from crowdspark.runner import aggregate_frames
+from tests.helpers import DATA
+
+
+@pytest.fixture(scope="module")
+def temp():
+    return pd.read_csv(DATA / "temp" / "labels.csv", dtype=str), pd.read_csv(DATA / "temp" / "truth.csv", dtype=str)
+
+
+def run(frames, *overrides, algorithm="idbla"):
+    config = load_config(overrides=[f"{algorithm}.burn_in=5", f"{algorithm}.n_samples=5", *overrides], algorithm=algorithm, engine_name="local")
+    return aggregate_frames(config, *frames).summary
+
+
+def test_select_levels_reports_every_criterion_and_refits_the_chosen_h(temp):
+    summary = run(temp, "idbla.select_levels=[1, 2, 3]", "idbla.level_criterion=paper")
+    table = summary["level_selection"]["table"]
+    assert [row["n_levels"] for row in table] == [1, 2, 3]
+    assert {"paper", "aic", "bic", "collapsed"} <= set(table[0])
+    # the paper's criterion picks the largest value; the refitted model has that H
+    best = max(table, key=lambda row: row["paper"])["n_levels"]
+    assert summary["level_selection"]["chosen"] == best == summary["parameters"]["n_levels"]
+
+
+def test_paper_preset_sets_the_papers_values(temp):
+    summary = run(temp, "idbla.preset=paper", "idbla.n_samples=5")
+    params = summary["parameters"]
+    assert params["scheme"] == "paper" and params["omega"] == 1.0 and params["n_samples"] == 5
+    assert summary["level_selection"]["criterion"] == "paper"
+
+
+@pytest.mark.parametrize(
+    "overrides, algorithm, message",
+    [
+        (["ds.select_levels=[1, 2]"], "ds", r"ds.select_levels applies only to models with difficulty levels"),
+        (["idbla.select_levels=2"], "idbla", r"idbla.select_levels must be a list of integers >= 1, but got 2"),
+        (["idbla.preset=fast"], "idbla", r"idbla.preset must be one of \['paper'\], but got 'fast'"),
+    ],
+)
+def test_selection_and_preset_errors(temp, overrides, algorithm, message):
+    with pytest.raises(ConfigError, match=message):
+        config = load_config(overrides=list(overrides), algorithm=algorithm, engine_name="local")
+        aggregate_frames(config, *temp)
