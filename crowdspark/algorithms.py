@@ -14,6 +14,7 @@ from typing import Any
 from crowdspark.errors import ConfigError
 from crowdspark.models.base import Model
 from crowdspark.models.dawid_skene import DawidSkene
+from crowdspark.models.idbla_cvb import IdblaCvb, IdblaCvb0
 from crowdspark.models.idbla_gibbs import Bcc, FixedIdbla, IdblaGibbs, paper_preset
 from crowdspark.models.majority_vote import MajorityVote
 
@@ -34,6 +35,8 @@ register("ds", DawidSkene)
 register("bcc", Bcc)
 register("idbla", IdblaGibbs)
 register("fixed-idbla", FixedIdbla)
+register("idbla-cvb", IdblaCvb)
+register("idbla-cvb0", IdblaCvb0)
 
 #: named parameter sets: ``--set <algorithm>.preset=paper``
 PRESETS: dict[str, dict[str, Any]] = {

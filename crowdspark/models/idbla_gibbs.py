@@ -243,8 +243,8 @@ class IdblaGibbs(IdblaInit):
     min_level_share: float = 0.02
 
     name: ClassVar[str] = "idbla"
-    #: per-item output columns beyond label/posterior, with their Spark SQL types
-    item_extras: ClassVar[dict[str, str]] = {"level": "int", "level_posterior": "array<double>", "epsilon": "double"}
+    worker_params: ClassVar[tuple[str, ...]] = ("pi",)
+    shared_params: ClassVar[tuple[str, ...]] = ("alpha", "beta")
     tol: ClassVar[float | None] = None
 
     def __post_init__(self) -> None:
@@ -438,6 +438,9 @@ class IdblaGibbs(IdblaInit):
         if not k:
             return {"pi": params["pi"], "alpha": params["alpha"], "beta": params["beta"]}
         return {"pi": params["pi_sum"] / k, "alpha": params["alpha_sum"] / k, "beta": params["beta_sum"] / k}
+
+    def export_params(self, params: Any) -> dict[str, np.ndarray]:
+        return self.final_params(params)
 
     def worker_table(self, params: Any, init_stats: Stats) -> dict[str, np.ndarray]:
         final = self.final_params(params)

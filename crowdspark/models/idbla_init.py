@@ -256,6 +256,8 @@ class IdblaInit(Model):
     histogram_bins: int = 4096
 
     name: ClassVar[str] = "idbla-init"
+    #: per-item output columns beyond label/posterior (subclasses' finish_block), with Spark SQL types
+    item_extras: ClassVar[dict[str, str]] = {"level": "int", "level_posterior": "array<double>", "epsilon": "double"}
     stateful: ClassVar[bool] = True
     n_init_rounds: ClassVar[int] = 2
 
