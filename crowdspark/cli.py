@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a configuration key, e.g. ds.max_iter=50 or input.item=task (repeatable)",
     )
     agg.add_argument("--output", required=True, help="output directory (replaced atomically)")
+    agg.add_argument("--run-id", help="write into OUTPUT/run_id=ID/ and point OUTPUT/_LATEST.json at it when complete")
+    agg.add_argument("--warm-start", metavar="RUN_DIR", help="start from the model/ of a previous run's output")
     agg.add_argument("--master", help="Spark master when not run by spark-submit (default local[*])")
     agg.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     agg.add_argument("--quiet", action="store_true", help="only warnings and errors in the log")
@@ -71,7 +73,10 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
         spark.sparkContext.setLogLevel("WARN")
         own_session = True
     try:
-        result = aggregate(config, args.labels, args.output, gold_path=args.gold, spark=spark)
+        result = aggregate(
+            config, args.labels, args.output, gold_path=args.gold, spark=spark,
+            warm_start=args.warm_start, run_id=args.run_id,
+        )
     finally:
         if own_session:
             spark.stop()
@@ -116,7 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.exception("run failed")
         print(f"crowdspark: failed: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", file=sys.stderr)
         return EXIT_FAILURE
-    print(_report(summary, args.output))
+    from crowdspark.output import run_directory
+
+    print(_report(summary, run_directory(args.output, args.run_id) if args.run_id else args.output))
     return EXIT_OK
 
 

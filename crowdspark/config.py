@@ -38,7 +38,9 @@ class InputConfig:
 
     ``classes``: the class set, in the order used for posteriors; empty means inferred from the labels
     (numeric order when every label is a number, else string order).  With an explicit class set a label
-    outside it is an error.
+    outside it is an error.  ``filter``: a Spark SQL condition applied to the labels as read (e.g. on a
+    partition column: ``"date >= '2026-11-01'"``, which Spark prunes to the matching partitions); Spark
+    engine only.
     """
 
     item: str = "item"
@@ -46,9 +48,12 @@ class InputConfig:
     label: str = "label"
     format: str = "auto"
     classes: tuple[str, ...] = ()
+    filter: str = ""
 
     def __post_init__(self) -> None:
         check_choice("input.format", self.format, INPUT_FORMATS)
+        if not isinstance(self.filter, str):
+            raise ConfigError(f"input.filter must be a Spark SQL condition string, but got {self.filter!r}")
         for name in ("item", "worker", "label"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
@@ -91,7 +96,10 @@ class EngineConfig:
     ``name``: ``spark`` or ``local``.  ``partitions``: Spark partitions of the item blocks (0 = the
     context's default parallelism, i.e. the number of cores).  ``max_block_labels``: largest number of
     labels in one block.  ``checkpoint_interval``: stateful models truncate the lineage every this many
-    sweeps.  ``tree_depth``: depth of ``treeAggregate``.
+    sweeps.  ``tree_depth``: depth of ``treeAggregate``.  ``checkpoint_dir`` and ``checkpoint_every``:
+    save the fit's state every this many sweeps and resume from it when the same run is started again
+    (0 = off).  ``inject_task_failure``: test-only; the first attempt of partition 0 fails at that sweep
+    (0 = off), to show that a retried task does not change the result.
     """
 
     name: str = "spark"
@@ -99,8 +107,17 @@ class EngineConfig:
     max_block_labels: int = 2_000_000
     checkpoint_interval: int = 10
     tree_depth: int = 2
+    checkpoint_dir: str = ""
+    checkpoint_every: int = 0
+    inject_task_failure: int = 0
 
     def __post_init__(self) -> None:
+        check_int("engine.checkpoint_every", self.checkpoint_every, minimum=0)
+        check_int("engine.inject_task_failure", self.inject_task_failure, minimum=0)
+        if not isinstance(self.checkpoint_dir, str):
+            raise ConfigError(f"engine.checkpoint_dir must be a path, but got {self.checkpoint_dir!r}")
+        if self.checkpoint_every and not self.checkpoint_dir:
+            raise ConfigError("engine.checkpoint_every needs engine.checkpoint_dir (where to save the checkpoints)")
         check_choice("engine.name", self.name, ENGINES)
         check_int("engine.partitions", self.partitions, minimum=0)
         check_int("engine.max_block_labels", self.max_block_labels, minimum=1)

@@ -14,6 +14,10 @@ Tables written under the output directory:
   (``level``, ``level_posterior`` ...).
 * ``workers/``: ``worker`` (string), ``n_labels`` (long), ``accuracy`` (double), ``confusion``
   (array<array<double>>, row = true class, column = given label) and model extras.
+* ``model/``: the fitted global parameters and the encoding, for warm starts (:mod:`crowdspark.persist`).
+
+With a run id, results go to ``<output>/run_id=<id>/`` and ``<output>/_LATEST.json`` is moved to the new
+run only after it is complete.
 
 Parquet by default; with ``output.format = "csv"`` array columns are written as JSON strings.
 """
@@ -129,17 +133,13 @@ class StagedOutput:
         return f"{self.staging}/{name}"
 
     def write_json(self, name: str, payload: dict[str, Any]) -> None:
+        """Write ``payload`` as JSON to ``name`` (a path relative to the output directory)."""
         text = json.dumps(to_jsonable(payload), indent=2, sort_keys=False) + "\n"
-        if self.local:
-            with open(_strip(self.path(name)), "w", encoding="utf-8") as handle:
-                handle.write(text)
-        else:
-            fs, jpath = self._hadoop(self.path(name))
-            stream = fs.create(jpath, True)
-            try:
-                stream.write(bytearray(text.encode("utf-8")))
-            finally:
-                stream.close()
+        self.write_bytes(name, text.encode("utf-8"))
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        """Write ``data`` to ``name`` (a path relative to the output directory), creating folders."""
+        _write_file(self.path(name), data, self._spark, self.local)
 
     def commit(self) -> None:
         """Make the staged result the destination (moving an older result aside, then deleting it)."""
@@ -188,6 +188,53 @@ class StagedOutput:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self.abort()
+
+
+def _write_file(path: str, data: bytes, spark: Any, local: bool) -> None:
+    if local:
+        target = _strip(path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as handle:
+            handle.write(data)
+        return
+    sc = spark.sparkContext
+    jpath = sc._jvm.org.apache.hadoop.fs.Path(path)
+    stream = jpath.getFileSystem(sc._jsc.hadoopConfiguration()).create(jpath, True)
+    try:
+        stream.write(bytearray(data))
+    finally:
+        stream.close()
+
+
+def run_directory(output_dir: str, run_id: str) -> str:
+    """Where run ``run_id`` writes: ``<output_dir>/run_id=<run_id>``."""
+    if not run_id or any(ch in run_id for ch in "/\\=") or run_id.startswith((".", "_")):
+        from crowdspark.errors import ConfigError
+
+        raise ConfigError(f"--run-id must be a plain name such as 2026-11-25 (no '/', '=', leading '.' or '_'), but got {run_id!r}")
+    return f"{output_dir.rstrip('/')}/run_id={run_id}"
+
+
+def write_latest(output_dir: str, run_id: str, run_path: str, spark: Any = None) -> None:
+    """Point ``<output_dir>/_LATEST.json`` at a completed run (written aside, then renamed over the old one)."""
+    from datetime import datetime, timezone
+
+    payload = json.dumps(
+        {"run_id": run_id, "path": run_path, "completed_at": datetime.now(timezone.utc).isoformat()}, indent=2
+    ).encode("utf-8")
+    final = f"{output_dir.rstrip('/')}/_LATEST.json"
+    tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
+    local = is_local(output_dir)
+    _write_file(tmp, payload, spark, local)
+    if local:
+        os.replace(_strip(tmp), _strip(final))
+    else:
+        sc = spark.sparkContext
+        jvm = sc._jvm
+        fs = jvm.org.apache.hadoop.fs.Path(final).getFileSystem(sc._jsc.hadoopConfiguration())
+        fs.delete(jvm.org.apache.hadoop.fs.Path(final), False)
+        fs.rename(jvm.org.apache.hadoop.fs.Path(tmp), jvm.org.apache.hadoop.fs.Path(final))
+    log.info("%s now points at run %s", final, run_id)
 
 
 def frames_from_blobs(blobs: Iterator, classes: tuple[str, ...]) -> Iterator[pd.DataFrame]:

@@ -7,7 +7,9 @@ maths: models come from :mod:`crowdspark.algorithms`, the loop from :mod:`crowds
 from __future__ import annotations
 
 import logging
+import os
 import time
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 from typing import Any
@@ -19,14 +21,16 @@ from crowdspark import __version__
 from crowdspark.algorithms import build_model, hyperparameters
 from crowdspark.block import Block, build_blocks
 from crowdspark.config import RunConfig
-from crowdspark.errors import ConfigError
+from crowdspark.errors import ConfigError, InputError
 from crowdspark.data import encode_rows, prepare_gold, prepare_labels, read_frame
 from crowdspark.engine.base import Engine
 from crowdspark.engine.local import LocalEngine
-from crowdspark.engine.loop import FitResult, finish_fn, fit
+from crowdspark.engine.checkpoint import Checkpointer
+from crowdspark.engine.loop import FitResult, WarmStart, finish_fn, fit
 from crowdspark.metrics import gold_stats, level_error_stats, metrics_from_stats
 from crowdspark.models.base import Model, State
-from crowdspark.output import StagedOutput, item_frame, worker_frame, write_frame_local
+from crowdspark.output import StagedOutput, item_frame, run_directory, worker_frame, write_frame_local, write_latest
+from crowdspark.persist import SavedModel, load_saved_model, model_document, params_to_bytes, worker_index_map
 from crowdspark.stats import Stats
 
 __all__ = ["RunResult", "SparkFit", "aggregate", "aggregate_frames", "fit_spark_frames", "evaluate", "local_blocks"]
@@ -42,6 +46,9 @@ class RunResult:
     summary: dict[str, Any]
     items: pd.DataFrame | None = None
     workers: pd.DataFrame | None = None
+    model: Model | None = None
+    params: Any = None
+    encoding: Any = None
 
 
 @dataclass
@@ -76,7 +83,63 @@ SELECTION_KEYS = ("select_levels", "level_criterion")
 PAPER_LEVELS = {"idbla": [1, 2, 3, 4], "fixed-idbla": [2, 3, 4]}
 
 
-def fit_configured(config: RunConfig, n_workers: int, n_classes: int, engine: Engine) -> tuple[Model, FitResult, dict | None]:
+@dataclass(frozen=True)
+class RunOptions:
+    """Operational options of a run (the nightly job's): a warm start, and what identifies the run's inputs
+    for its checkpoints.
+
+    Attributes
+    ----------
+    warm_start : SavedModel, optional
+        A previous run's model (``--warm-start``).
+    inputs : dict
+        Description of the inputs (paths, sizes) that goes into the checkpoint fingerprint.
+    """
+
+    warm_start: SavedModel | None = None
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+
+def _warm(saved: SavedModel | None, config: RunConfig, enc) -> WarmStart | None:
+    if saved is None:
+        return None
+    if saved.algorithm != config.algorithm:
+        raise ConfigError(
+            f"the warm-start model at {saved.source!r} was fitted with {saved.algorithm!r}, this run uses "
+            f"{config.algorithm!r}; warm start from a run of the same algorithm, or run cold"
+        )
+    if tuple(saved.classes) != tuple(enc.classes):
+        raise InputError(
+            f"the class set changed since the warm-start run ({list(saved.classes)} -> {list(enc.classes)}); "
+            "a warm start needs the same classes: run cold (without --warm-start)"
+        )
+    return WarmStart(saved.params, worker_index_map(enc.workers, saved.workers), saved.source)
+
+
+def _checkpointer(config: RunConfig, options: RunOptions, layout: dict[str, Any]) -> Checkpointer | None:
+    if not config.engine.checkpoint_every:
+        return None
+    fingerprint = {
+        "algorithm": config.algorithm,
+        "parameters": config.algorithm_params(),
+        "seed": config.seed,
+        "input": config.to_dict()["input"],
+        "inputs": options.inputs,
+        "layout": layout,
+        "warm_start": None if options.warm_start is None else options.warm_start.source,
+        "version": __version__,
+    }
+    return Checkpointer(config.engine.checkpoint_dir, config.engine.checkpoint_every, fingerprint)
+
+
+def fit_configured(
+    config: RunConfig,
+    n_workers: int,
+    n_classes: int,
+    engine: Engine,
+    warm_start: WarmStart | None = None,
+    checkpoint: Checkpointer | None = None,
+) -> tuple[Model, FitResult, dict | None]:
     """Build the configured model and fit it, first choosing H when the configuration asks for it.
 
     ``<algorithm>.select_levels = [1, 2, 3]`` fits each H and keeps the best by ``level_criterion``
@@ -113,7 +176,15 @@ def fit_configured(config: RunConfig, n_workers: int, n_classes: int, engine: En
         selection = {"criterion": choice.criterion, "chosen": choice.chosen, "table": choice.table}
         log.info("%s: chose H = %d by %s", name, choice.chosen, choice.criterion)
     model = build_model(name, params, n_workers, n_classes, config.seed)
-    return model, fit(model, engine), selection
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fit(model, engine, warm_start=warm_start, checkpoint=checkpoint)
+    result.warnings = [str(w.message) for w in caught]
+    for w in caught:  # hand them on to the caller's filters (the CLI shows them)
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if checkpoint is not None:
+        checkpoint.clear()
+    return model, result, selection
 
 
 def _model_parameters(model: Model) -> dict[str, Any]:
@@ -152,6 +223,8 @@ def _summary(
         "stop_reason": result.stop_reason,
         "history": result.history,
         "model": model.summary(result.params),
+        "warnings": result.warnings,
+        "resumed_from_iteration": result.resumed_from,
         "inputs": inputs,
         "config": config.to_dict(),
     }
@@ -163,6 +236,9 @@ def aggregate(
     output_dir: str | None,
     gold_path: str | None = None,
     spark: Any = None,
+    *,
+    warm_start: str | None = None,
+    run_id: str | None = None,
 ) -> RunResult:
     """Run the configured algorithm on the configured engine and write the results.
 
@@ -177,12 +253,49 @@ def aggregate(
         Gold labels for evaluation.
     spark : SparkSession, optional
         Required for the Spark engine.
+    warm_start : str, optional
+        Output directory of a previous run of the same algorithm to start from.
+    run_id : str, optional
+        Write into ``output_dir/run_id=<run_id>/`` and, once complete, point ``output_dir/_LATEST.json``
+        at it; older runs stay where they are.
     """
+    if config.engine.name == "spark" and spark is None:
+        raise ValueError("the spark engine needs a SparkSession")
+    saved = load_saved_model(warm_start, spark) if warm_start else None
+    options = RunOptions(warm_start=saved, inputs=input_signature(labels_path, gold_path))
+    destination = output_dir
+    if output_dir is not None and run_id is not None:
+        destination = run_directory(output_dir, run_id)
     if config.engine.name == "spark":
-        if spark is None:
-            raise ValueError("the spark engine needs a SparkSession")
-        return _aggregate_spark(spark, config, labels_path, output_dir, gold_path)
-    return _aggregate_local(config, labels_path, output_dir, gold_path)
+        run = _aggregate_spark(spark, config, labels_path, destination, gold_path, options)
+    else:
+        run = _aggregate_local(config, labels_path, destination, gold_path, options)
+    if destination is not None and run_id is not None:
+        write_latest(output_dir, run_id, destination, spark)
+    return run
+
+
+def input_signature(labels_path: str, gold_path: str | None) -> dict[str, Any]:
+    """Paths, and for local inputs their number of files, bytes and latest modification time."""
+    from crowdspark.data import is_local, resolve_local_paths
+
+    out: dict[str, Any] = {}
+    for what, path in (("labels", labels_path), ("gold", gold_path)):
+        if path is None:
+            continue
+        entry: dict[str, Any] = {"path": path}
+        if is_local(path):
+            try:
+                files = resolve_local_paths(path, what)
+                entry.update(
+                    files=len(files),
+                    bytes=sum(os.path.getsize(f) for f in files),
+                    modified=max(os.path.getmtime(f) for f in files),
+                )
+            except InputError:
+                pass  # reported by the reader with its own message
+        out[what] = entry
+    return out
 
 
 # --------------------------------------------------------------------------- local engine
@@ -213,6 +326,7 @@ def aggregate_frames(
     gold_raw: pd.DataFrame | None = None,
     labels_source: str = "<DataFrame>",
     gold_source: str = "<DataFrame>",
+    options: RunOptions | None = None,
 ) -> RunResult:
     """Validate, fit and evaluate on pandas frames with the local engine (nothing is written).
 
@@ -232,6 +346,11 @@ def aggregate_frames(
         With ``items`` and ``workers`` tables; ``summary`` has no ``timings``.
     """
     timer = _Timer()
+    options = options or RunOptions()
+    if config.input.filter:
+        raise ConfigError(
+            f"input.filter ({config.input.filter!r}) needs the spark engine; filter the data first or use --engine spark"
+        )
     labels = prepare_labels(labels_raw, config.input, labels_source)
     enc = labels.encoding
     gold = None
@@ -245,7 +364,11 @@ def aggregate_frames(
     blocks = local_blocks(labels.frame, None if gold is None else gold.frame, enc, config.engine.max_block_labels)
     engine = LocalEngine(blocks)
     timer.lap("blocks")
-    model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, engine)
+    layout = {"engine": "local", "max_block_labels": config.engine.max_block_labels}
+    model, result, selection = fit_configured(
+        config, enc.n_workers, enc.n_classes, engine, _warm(options.warm_start, config, enc),
+        _checkpointer(config, options, layout),
+    )
     timer.lap("fit")
     metrics = evaluate(model, engine, result.params) if gold is not None else None
     timer.lap("evaluate")
@@ -263,21 +386,24 @@ def aggregate_frames(
         summary["metrics"] = metrics
     timer.lap("tables")
     summary["timings"] = timer.timings
-    return RunResult(summary=summary, items=items, workers=workers)
+    return RunResult(summary=summary, items=items, workers=workers, model=model, params=result.params, encoding=enc)
 
 
-def _aggregate_local(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None) -> RunResult:
+def _aggregate_local(
+    config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, options: RunOptions
+) -> RunResult:
     start = time.perf_counter()
     raw = read_frame(labels_path, config.input.format, "labels")
     gold_raw = read_frame(gold_path, config.gold.format, "gold") if gold_path else None
     read_seconds = round(time.perf_counter() - start, 4)
-    run = aggregate_frames(config, raw, gold_raw, labels_path, gold_path or "<none>")
+    run = aggregate_frames(config, raw, gold_raw, labels_path, gold_path or "<none>", options)
     run.summary["timings"] = {"read": read_seconds, **run.summary["timings"]}
     if output_dir is not None:
         start = time.perf_counter()
         with StagedOutput(output_dir) as out:
             write_frame_local(run.items, out.path("items"), config.output.format)
             write_frame_local(run.workers, out.path("workers"), config.output.format)
+            _write_model(out, config, run.model, run.params, run.encoding)
             run.summary["timings"]["write"] = round(time.perf_counter() - start, 4)
             out.write_json("summary.json", run.summary)
             out.commit()
@@ -345,6 +471,7 @@ def fit_spark_frames(
     labels_source: str = "<DataFrame>",
     gold_source: str | None = None,
     timer: _Timer | None = None,
+    options: RunOptions | None = None,
 ) -> SparkFit:
     """Validate, fit and evaluate Spark DataFrames on the Spark engine (nothing is written).
 
@@ -365,6 +492,12 @@ def fit_spark_frames(
     from crowdspark.spark_data import block_rdd, gold_items_without_labels, prepare_gold_spark, prepare_labels_spark
 
     timer = timer or _Timer()
+    options = options or RunOptions()
+    if config.input.filter:
+        try:
+            labels_raw = labels_raw.filter(config.input.filter)
+        except Exception as exc:  # AnalysisException or ParseException: the user's condition is wrong
+            raise ConfigError(f"input.filter {config.input.filter!r} is not a valid Spark SQL condition on the labels: {exc}") from exc
     labels = prepare_labels_spark(labels_raw, config.input, labels_source)
     enc = labels.encoding
     gold = None
@@ -380,10 +513,15 @@ def fit_spark_frames(
         block_rdd(labels, gold, n_partitions, config.engine.max_block_labels),
         checkpoint_interval=config.engine.checkpoint_interval,
         tree_depth=config.engine.tree_depth,
+        inject_task_failure=config.engine.inject_task_failure,
     )
     try:
         timer.lap("blocks")
-        model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, engine)
+        layout = {"engine": "spark", "partitions": n_partitions, "max_block_labels": config.engine.max_block_labels}
+        model, result, selection = fit_configured(
+            config, enc.n_workers, enc.n_classes, engine, _warm(options.warm_start, config, enc),
+            _checkpointer(config, options, layout),
+        )
         timer.lap("fit")
         metrics = evaluate(model, engine, result.params) if gold is not None else None
         timer.lap("evaluate")
@@ -401,19 +539,22 @@ def fit_spark_frames(
     return SparkFit(model=model, engine=engine, result=result, summary=summary, workers=workers, encoding=enc)
 
 
-def _aggregate_spark(spark, config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None) -> RunResult:
+def _aggregate_spark(
+    spark, config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, options: RunOptions
+) -> RunResult:
     from crowdspark.spark_data import read_spark_frame
 
     timer = _Timer()
     raw = read_spark_frame(spark, labels_path, config.input.format, "labels")
     gold_raw = read_spark_frame(spark, gold_path, config.gold.format, "gold") if gold_path else None
     timer.lap("read")
-    run = fit_spark_frames(spark, config, raw, gold_raw, labels_path, gold_path, timer)
+    run = fit_spark_frames(spark, config, raw, gold_raw, labels_path, gold_path, timer, options)
     summary = run.summary
     try:
         if output_dir is not None:
             with StagedOutput(output_dir, spark) as out:
                 _write_spark_tables(spark, run, config.output.format, out)
+                _write_model(out, config, run.model, run.result.params, run.encoding)
                 timer.lap("write")
                 summary["timings"] = timer.timings
                 out.write_json("summary.json", summary)
@@ -424,6 +565,13 @@ def _aggregate_spark(spark, config: RunConfig, labels_path: str, output_dir: str
     finally:
         run.close()
     return RunResult(summary=summary)
+
+
+def _write_model(out: StagedOutput, config: RunConfig, model: Model, params: Any, encoding) -> None:
+    """``model/``: what a later run needs to warm start (see :mod:`crowdspark.persist`)."""
+    document = model_document(config.algorithm, _model_parameters(model), encoding.classes, encoding.workers)
+    out.write_json("model/model.json", document)
+    out.write_bytes("model/params.npz", params_to_bytes(model.export_params(params)))
 
 
 def _write_spark_tables(spark, run: SparkFit, fmt: str, out: StagedOutput) -> None:

@@ -18,12 +18,13 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 @pytest.fixture(scope="session")
 def spark():
-    """A local[2] SparkSession shared by every Spark test (UI off, few shuffle partitions)."""
+    """A local SparkSession shared by every Spark test: 2 cores, a failed task is retried once (local[2,2],
+    for the fault-tolerance tests), UI off, few shuffle partitions."""
     from crowdspark.spark_session import build_session
 
     session = build_session(
         "crowdspark-tests",
-        master="local[2]",
+        master="local[2,2]",
         conf={"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2"},
     )
     yield session

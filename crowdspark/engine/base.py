@@ -30,5 +30,13 @@ class Engine:
         """Apply ``fn`` to every block, keep the returned states if ``stateful``, return the summed stats."""
         raise NotImplementedError
 
+    def save_states(self, path: str) -> None:
+        """Write every block's state under ``path`` (for checkpoints)."""
+        raise NotImplementedError
+
+    def load_states(self, path: str) -> None:
+        """Restore the states written by :meth:`save_states` for the same blocks."""
+        raise NotImplementedError
+
     def close(self) -> None:
         """Release cached data."""

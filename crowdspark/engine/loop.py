@@ -11,10 +11,11 @@ from typing import Any
 
 from crowdspark.block import Block, block_counts
 from crowdspark.engine.base import Engine
+from crowdspark.engine.checkpoint import Checkpointer
 from crowdspark.models.base import ItemResult, Model, State
 from crowdspark.stats import Stats
 
-__all__ = ["ConvergenceWarning", "FitResult", "fit", "COUNT_KEYS"]
+__all__ = ["ConvergenceWarning", "FitResult", "WarmStart", "fit", "COUNT_KEYS"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ class FitResult:
     n_iter: int = 0
     converged: bool | None = None
     stop_reason: str = ""
+    resumed_from: int | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def _init(model: Model, block: Block, state: State, value: Any) -> tuple[State, Stats]:
@@ -74,19 +77,24 @@ def finish_fn(model: Model, block: Block, state: State, params: Any) -> ItemResu
     return model.finish_block(block, state, params)
 
 
-def fit(model: Model, engine: Engine) -> FitResult:
-    """Fit ``model`` on the blocks held by ``engine``.
+@dataclass(frozen=True)
+class WarmStart:
+    """A previous run's exported parameters and where each current worker was in it.
 
-    Parameters
+    Attributes
     ----------
-    model : Model
-    engine : Engine
-
-    Returns
-    -------
-    FitResult
+    params : dict of str to ndarray
+    old_index : ndarray of int64, shape (K,)
+        ``-1`` for workers the previous run did not see.
+    source : str
     """
-    stateful = model.stateful
+
+    params: dict[str, Any]
+    old_index: Any
+    source: str = ""
+
+
+def _initialize(model: Model, engine: Engine, stateful: bool) -> tuple[Any, Stats, dict[str, int]]:
     t0 = time.perf_counter()
     init_stats = engine.map_reduce(partial(_init, model), None, stateful=stateful, sweep=0)
     counts = {key: int(init_stats.pop(key)) for key in COUNT_KEYS}
@@ -96,18 +104,62 @@ def fit(model: Model, engine: Engine) -> FitResult:
         params = model.init_update(stats, params, round)
     log.info(
         "%s: initialized on %d items, %d labels in %.2fs",
-        model.name,
-        counts["n_items"],
-        counts["n_labels"],
-        time.perf_counter() - t0,
+        model.name, counts["n_items"], counts["n_labels"], time.perf_counter() - t0,
     )
-    result = FitResult(params=params, init_stats=init_stats, counts=counts)
+    return params, init_stats, counts
+
+
+def fit(
+    model: Model,
+    engine: Engine,
+    *,
+    warm_start: WarmStart | None = None,
+    checkpoint: Checkpointer | None = None,
+) -> FitResult:
+    """Fit ``model`` on the blocks held by ``engine``.
+
+    Parameters
+    ----------
+    model : Model
+    engine : Engine
+    warm_start : WarmStart, optional
+        Replace the initial global parameters of known workers (and the class/level proportions) by a
+        previous run's, after the model's own initialization.
+    checkpoint : Checkpointer, optional
+        Resume from its checkpoint if there is one, and save one every ``checkpoint.every`` sweeps.
+
+    Returns
+    -------
+    FitResult
+    """
+    stateful = model.stateful
+    saved = checkpoint.load() if checkpoint is not None else None
+    if saved is not None:
+        params, init_stats, counts = saved["params"], saved["init_stats"], saved["counts"]
+        if stateful:
+            engine.load_states(saved["states"])
+        result = FitResult(params=params, init_stats=init_stats, counts=counts, history=list(saved["history"]))
+        result.n_iter = first = saved["sweep"]
+        result.resumed_from = first
+    else:
+        params, init_stats, counts = _initialize(model, engine, stateful)
+        if warm_start is not None:
+            params = model.warm_start(params, warm_start.params, warm_start.old_index)
+            known = int((warm_start.old_index >= 0).sum())
+            log.info("%s: warm start from %s (%d of %d workers known)", model.name, warm_start.source, known,
+                     len(warm_start.old_index))
+        result = FitResult(params=params, init_stats=init_stats, counts=counts)
+        first = 0
     tol = model.tol
     if model.max_sweeps == 0:
         result.converged = True
         result.stop_reason = "one-pass model"
         return result
-    for sweep in range(1, model.max_sweeps + 1):
+    if first and tol is not None and result.history and result.history[-1]["change"] < tol:
+        result.converged = True
+        result.stop_reason = f"converged before the checkpoint of iteration {first}"
+        return result
+    for sweep in range(first + 1, model.max_sweeps + 1):
         t1 = time.perf_counter()
         stats = engine.map_reduce(partial(_step, model, sweep), params, stateful=stateful, sweep=sweep)
         update = model.global_step(stats, params, sweep)
@@ -117,6 +169,7 @@ def fit(model: Model, engine: Engine) -> FitResult:
         entry.update(update.extra)
         result.history.append(entry)
         result.n_iter = sweep
+        result.params = params
         log.info(
             "%s: iteration %d/%d objective %.6f change %.3g (%.2fs)",
             model.name, sweep, model.max_sweeps, update.objective, update.change, seconds,
@@ -125,6 +178,9 @@ def fit(model: Model, engine: Engine) -> FitResult:
             result.converged = True
             result.stop_reason = f"change {update.change:.3g} < tol {tol:g} at iteration {sweep}"
             break
+        if checkpoint is not None and checkpoint.due(sweep) and sweep < model.max_sweeps:
+            driver_state = {"params": params, "init_stats": init_stats, "counts": counts, "history": result.history}
+            checkpoint.save(sweep, driver_state, engine, stateful)
     else:
         if tol is None:
             result.stop_reason = f"ran all {model.max_sweeps} sweeps"

@@ -77,6 +77,33 @@ def _stateful_partition(fn: BlockFn, broadcast, elements: Iterator) -> Iterator[
     yield (_STATS, total)
 
 
+def _keyed_state(element: tuple[int, Any]) -> tuple[str, State]:
+    block, state = element[1]
+    return (str(block.item_ids[0]), state)
+
+
+def _keyed_block(element: tuple[int, Any]) -> tuple[str, Block]:
+    block = element[1][0]
+    return (str(block.item_ids[0]), block)
+
+
+def _joined(pair: tuple[str, tuple[Block, State]]) -> tuple[int, tuple[Block, State]]:
+    return (_BLOCK, pair[1])
+
+
+class InjectedTaskFailure(RuntimeError):
+    """Raised on purpose by ``engine.inject_task_failure`` (tests of task retries)."""
+
+
+def _fail_first_attempt(fn: BlockFn, block: Block, state: State, value: Any) -> tuple[State, Stats]:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is not None and context.attemptNumber() == 0 and context.partitionId() == 0:
+        raise InjectedTaskFailure("injected failure of the first attempt of partition 0 (engine.inject_task_failure)")
+    return fn(block, state, value)
+
+
 def _items_partition(fn: ItemFn, broadcast, elements: Iterator) -> Iterator[tuple[bytes]]:
     value = broadcast.value
     for tag, (block, state) in elements:
@@ -99,13 +126,16 @@ class SparkEngine(Engine):
 
     name = "spark"
 
-    def __init__(self, blocks, *, checkpoint_interval: int = 10, tree_depth: int = 2) -> None:
+    def __init__(
+        self, blocks, *, checkpoint_interval: int = 10, tree_depth: int = 2, inject_task_failure: int = 0
+    ) -> None:
         from pyspark import StorageLevel
 
         self._storage = StorageLevel.MEMORY_AND_DISK
         self.sc = blocks.context
         self.checkpoint_interval = checkpoint_interval
         self.tree_depth = tree_depth
+        self.inject_task_failure = inject_task_failure
         self._base = blocks.map(_with_empty_state).persist(self._storage)
         self._current = self._base  # elements (tag, payload); blocks with their current state
         self._anchor = self._base  # the newest RDD whose lineage was truncated (or the base)
@@ -121,6 +151,8 @@ class SparkEngine(Engine):
         return rdd.treeAggregate({}, add_stats, add_stats, depth=self.tree_depth)
 
     def map_reduce(self, fn: BlockFn, value: Any, *, stateful: bool, sweep: int = 0) -> Stats:
+        if self.inject_task_failure and sweep == self.inject_task_failure:
+            fn = partial(_fail_first_attempt, fn)
         broadcast = self.sc.broadcast(value)
         if not stateful:
             try:
@@ -165,6 +197,20 @@ class SparkEngine(Engine):
         self._anchor = anchor
         self._sweeps_since_anchor = 0
         log.debug("lineage truncated; older cached sweeps and broadcasts released")
+
+    def save_states(self, path: str) -> None:
+        """Write ``(first item id, state)`` of every block with ``saveAsPickleFile``."""
+        self._current.map(_keyed_state).saveAsPickleFile(path)
+
+    def load_states(self, path: str) -> None:
+        """Join saved states onto the cached blocks by each block's first item id (one shuffle)."""
+        states = self.sc.pickleFile(path)
+        restored = self._base.map(_keyed_block).join(states).map(_joined).persist(self._storage)
+        restored.localCheckpoint()
+        restored.count()
+        self._current = restored
+        self._release_until(restored, None)
+        self._pending_broadcasts = []
 
     def item_blobs(self, fn: ItemFn, value: Any):
         """RDD of one-element tuples holding a pickled ``(block, ItemResult)`` per block.

@@ -90,6 +90,10 @@ class Model:
     n_init_rounds: int = 0
     #: per-item output columns ``ItemResult.extra`` holds, with their Spark SQL types (e.g. ``"int"``)
     item_extras: dict[str, str] = {}
+    #: keys of the exported parameters whose first axis is the worker (remapped by a warm start)
+    worker_params: tuple[str, ...] = ()
+    #: keys of the exported parameters copied as they are by a warm start (class/level proportions)
+    shared_params: tuple[str, ...] = ()
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         raise NotImplementedError
@@ -115,6 +119,47 @@ class Model:
     def worker_table(self, params: Any, init_stats: Stats) -> dict[str, np.ndarray]:
         """Per-worker columns (each of length K), e.g. ``n_labels``, ``confusion`` (K, C, C), ``accuracy``."""
         raise NotImplementedError
+
+    def export_params(self, params: Any) -> dict[str, np.ndarray]:
+        """The fitted global parameters worth saving (``<output>/model/params.npz``); default: all."""
+        return dict(params)
+
+    def warm_start(self, params: Any, previous: dict[str, np.ndarray], old_index: np.ndarray) -> Any:
+        """Start from a previous run's exported parameters.
+
+        Parameters
+        ----------
+        params : Any
+            This run's initial parameters (from its own initialization).
+        previous : dict of str to ndarray
+            The previous run's :meth:`export_params`.
+        old_index : ndarray of int64, shape (K,)
+            Each worker's index in the previous run, ``-1`` for a worker seen for the first time (it keeps
+            this run's initial values).
+        """
+        from crowdspark.errors import ConfigError
+
+        if not self.worker_params and not self.shared_params:
+            raise ConfigError(f"{self.name} does not support a warm start; run it without --warm-start")
+        new = dict(params)
+        known = old_index >= 0
+        for key in self.worker_params + self.shared_params:
+            if key not in previous:
+                raise ConfigError(f"the warm-start model has no parameter {key!r}; run cold (without --warm-start)")
+            if np.shape(previous[key])[1 if key in self.worker_params else 0 :] != np.shape(params[key])[
+                1 if key in self.worker_params else 0 :
+            ]:
+                raise ConfigError(
+                    f"the warm-start model's {key!r} has shape {np.shape(previous[key])}, this run needs "
+                    f"{np.shape(params[key])}: the classes or levels changed, so run cold (without --warm-start)"
+                )
+        for key in self.worker_params:
+            values = np.array(params[key], copy=True)
+            values[known] = previous[key][old_index[known]]
+            new[key] = values
+        for key in self.shared_params:
+            new[key] = np.array(previous[key], copy=True)
+        return new
 
     def summary(self, params: Any) -> dict[str, Any]:
         """Model-specific, JSON-serializable values for ``summary.json`` (global parameters etc.)."""

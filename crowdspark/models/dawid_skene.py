@@ -109,6 +109,8 @@ class DawidSkene(Model):
     smoothing: float = 0.5
 
     name: ClassVar[str] = "ds"
+    worker_params: ClassVar[tuple[str, ...]] = ("log_pi",)
+    shared_params: ClassVar[tuple[str, ...]] = ("log_alpha",)
 
     def __post_init__(self) -> None:
         check_int("ds.max_iter", self.max_iter, minimum=1)
@@ -159,6 +161,9 @@ class DawidSkene(Model):
             "confusion": pi,
             "accuracy": np.einsum("t,ktt->k", alpha, pi),
         }
+
+    def export_params(self, params: Any) -> dict[str, np.ndarray]:
+        return {"log_pi": params["log_pi"], "log_alpha": params["log_alpha"]}
 
     def summary(self, params: Any) -> dict[str, Any]:
         return {"class_proportions": np.exp(params["log_alpha"]).tolist()}
