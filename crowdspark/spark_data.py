@@ -56,8 +56,8 @@ def read_spark_frame(spark, path: str, fmt: str, what: str):
     if fmt == "csv":
         reader = reader.option("header", "true").option("inferSchema", "false")
     try:
-        # a local glob or folder was resolved above; pass Spark the exact files
-        return reader.load(files if files else path)
+        # the path itself (not the resolved files): Spark then discovers partition columns (date=...)
+        return reader.load(path)
     except AnalysisException as exc:
         raise InputError(f"cannot read {what} at {path!r} as {fmt}: {exc}") from exc
 

@@ -148,3 +148,19 @@ def test_a_retried_task_does_not_change_the_result(spark, tmp_path, algorithm):
     aggregate(clean, TEMP[0], str(tmp_path / "clean"), spark=spark)
     aggregate(failing, TEMP[0], str(tmp_path / "retried"), spark=spark)
     assert_same_items(items(tmp_path / "retried"), items(tmp_path / "clean"))
+
+
+@pytest.mark.spark
+def test_partitioned_lake_with_a_partition_filter(spark, tmp_path):
+    labels = pd.read_csv(DATA / "temp" / "labels.csv", dtype=str)
+    labels["date"] = np.where(labels.index % 3 == 0, "2026-11-01", "2026-11-02")
+    spark.createDataFrame(labels).write.partitionBy("date").parquet(str(tmp_path / "lake"))
+    config = load_config(overrides=["input.filter=date >= '2026-11-02'"], algorithm="mv", engine_name="spark")
+    summary = aggregate(config, str(tmp_path / "lake"), None, spark=spark).summary
+    assert summary["counts"]["labels"] == int((labels["date"] == "2026-11-02").sum())
+    bad = load_config(overrides=["input.filter=dte >= 1"], algorithm="mv", engine_name="spark")
+    with pytest.raises(ConfigError, match=r"input.filter 'dte >= 1' is not a valid Spark SQL condition"):
+        aggregate(bad, str(tmp_path / "lake"), None, spark=spark)
+    local = load_config(overrides=["input.filter=date >= '2026-11-02'"], algorithm="mv", engine_name="local")
+    with pytest.raises(ConfigError, match=r"needs the spark engine"):
+        aggregate(local, str(tmp_path / "lake"), None)
