@@ -262,7 +262,8 @@ def aggregate(
     if config.engine.name == "spark" and spark is None:
         raise ValueError("the spark engine needs a SparkSession")
     saved = load_saved_model(warm_start, spark) if warm_start else None
-    options = RunOptions(warm_start=saved, inputs=input_signature(labels_path, gold_path))
+    # the run id is part of the inputs: a checkpoint left by another night's run is never resumed
+    options = RunOptions(warm_start=saved, inputs={**input_signature(labels_path, gold_path), "run_id": run_id})
     destination = output_dir
     if output_dir is not None and run_id is not None:
         destination = run_directory(output_dir, run_id)
