@@ -14,6 +14,7 @@ from typing import Any
 from crowdspark.errors import ConfigError
 from crowdspark.models.base import Model
 from crowdspark.models.dawid_skene import DawidSkene
+from crowdspark.models.difficulty_ds import DifficultyDawidSkene, choose_levels_ds
 from crowdspark.models.idbla_cvb import IdblaCvb, IdblaCvb0
 from crowdspark.models.idbla_gibbs import Bcc, FixedIdbla, IdblaGibbs, paper_preset
 from crowdspark.models.majority_vote import MajorityVote
@@ -37,6 +38,16 @@ register("idbla", IdblaGibbs)
 register("fixed-idbla", FixedIdbla)
 register("idbla-cvb", IdblaCvb)
 register("idbla-cvb0", IdblaCvb0)
+register("dds", DifficultyDawidSkene)
+
+
+def level_chooser(name: str):
+    """The function that chooses H for algorithm ``name`` (``make, engine, levels[, criterion]``)."""
+    if name == "dds":
+        return choose_levels_ds
+    from crowdspark.model_selection import choose_levels
+
+    return choose_levels
 
 #: named parameter sets: ``--set <algorithm>.preset=paper``
 PRESETS: dict[str, dict[str, Any]] = {

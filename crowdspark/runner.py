@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from crowdspark import __version__
-from crowdspark.algorithms import build_model, hyperparameters
+from crowdspark.algorithms import build_model, hyperparameters, level_chooser
 from crowdspark.block import Block, build_blocks
 from crowdspark.config import RunConfig
 from crowdspark.errors import ConfigError, InputError
@@ -143,7 +143,8 @@ def fit_configured(
     """Build the configured model and fit it, first choosing H when the configuration asks for it.
 
     ``<algorithm>.select_levels = [1, 2, 3]`` fits each H and keeps the best by ``level_criterion``
-    (default ``"aic"``; see :mod:`crowdspark.model_selection`); ``preset = "paper"`` implies the paper's
+    (default ``"aic"`` for the IDBLA family, see :mod:`crowdspark.model_selection`; ``"bic"`` for ``dds``,
+    see :func:`crowdspark.models.difficulty_ds.choose_levels_ds`); ``preset = "paper"`` implies the paper's
     protocol (its criterion over :data:`PAPER_LEVELS`) unless ``select_levels`` is given.
 
     Returns
@@ -159,8 +160,6 @@ def fit_configured(
         candidates, criterion = PAPER_LEVELS[name], criterion or "paper"
     selection = None
     if candidates is not None or criterion is not None:
-        from crowdspark.model_selection import choose_levels
-
         if "n_levels" not in hyperparameters(name):
             raise ConfigError(f"{name}.select_levels applies only to models with difficulty levels; remove it")
         if not isinstance(candidates, list) or not candidates or not all(
@@ -171,7 +170,8 @@ def fit_configured(
         def make(h: int) -> Model:
             return build_model(name, {**params, "n_levels": h}, n_workers, n_classes, config.seed)
 
-        choice = choose_levels(make, engine, candidates, criterion or "aic")
+        chooser = level_chooser(name)
+        choice = chooser(make, engine, candidates, **({"criterion": criterion} if criterion else {}))
         params["n_levels"] = choice.chosen
         selection = {"criterion": choice.criterion, "chosen": choice.chosen, "table": choice.table}
         log.info("%s: chose H = %d by %s", name, choice.chosen, choice.criterion)

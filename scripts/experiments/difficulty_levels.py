@@ -1,0 +1,63 @@
+"""BIC / AIC / log-evidence of difficulty Dawid-Skene for H = 1..3 on every dataset.
+
+Usage: ``.venv/bin/python scripts/experiments/difficulty_levels.py [--noise uniform]``
+
+Datasets: the bundled real sets, ``paper_synthetic(0)`` and the planted set of
+``tests/test_difficulty_model.py`` (``idbla_data`` with 10 workers on every item, 4 classes, w = (0, 0.8)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1]))
+
+from _data import load  # noqa: E402
+from difficulty_eval import REAL, synthetic_blocks  # noqa: E402
+
+from crowdspark.engine.local import LocalEngine  # noqa: E402
+from crowdspark.models.difficulty_ds import DifficultyDawidSkene, choose_levels_ds  # noqa: E402
+from crowdspark.synthetic import idbla_data  # noqa: E402
+
+
+def planted_blocks():
+    from tests.test_difficulty_model import PLANTED, frames_to_coded_blocks
+
+    labels, truth, _ = idbla_data(**PLANTED)
+    blocks, K, _ = frames_to_coded_blocks(labels, truth)
+    return blocks, K, PLANTED["n_classes"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--noise", default="uniform")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    print("| data | log evidence H=1, 2, 3 | BIC H=1, 2, 3 | AIC H=1, 2, 3 | BIC picks | AIC picks | w (H=2) "
+          "| beta (H=2) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in ("planted",) + REAL + ("synthetic",):
+        if name == "planted":
+            blocks, K, C = planted_blocks()
+        elif name == "synthetic":
+            blocks, K, C = synthetic_blocks(0)
+        else:
+            blocks, K, C = load(name)
+        make = lambda h: DifficultyDawidSkene(K, C, n_levels=h, noise=args.noise)  # noqa: E731
+        choice = choose_levels_ds(make, LocalEngine(blocks), (1, 2, 3))
+        rows = choice.table
+        aic = min(rows, key=lambda r: r["aic"])["n_levels"]
+        fmt = lambda key: ", ".join(f"{r[key]:.0f}" for r in rows)  # noqa: E731
+        w = [round(x, 2) for x in rows[1]["level_noise"]]
+        beta = [round(x, 2) for x in rows[1]["level_proportions"]]
+        cells = [fmt("log_evidence"), fmt("bic"), fmt("aic"), choice.chosen, aic, w, beta]
+        print(f"| {name} | " + " | ".join(str(c) for c in cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
