@@ -187,6 +187,15 @@ def fit_configured(
     return model, result, selection
 
 
+def _peak_rss_mib() -> float:
+    """Peak resident memory of this (driver) Python process."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
 def _model_parameters(model: Model) -> dict[str, Any]:
     return {f.name: getattr(model, f.name) for f in fields(model) if f.name not in ("n_workers", "n_classes")}
 
@@ -225,6 +234,7 @@ def _summary(
         "model": model.summary(result.params),
         "warnings": result.warnings,
         "resumed_from_iteration": result.resumed_from,
+        "memory": {"driver_python_peak_mib": round(_peak_rss_mib(), 1)},
         "inputs": inputs,
         "config": config.to_dict(),
     }

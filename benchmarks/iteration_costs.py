@@ -1,0 +1,85 @@
+"""Seconds per iteration of every iterative algorithm, on the local engine and on Spark local[2].
+
+    source scripts/env.sh
+    .venv/bin/python -m benchmarks.iteration_costs --labels 10000000 --algorithms ds idbla idbla-cvb idbla-cvb0
+
+One synthetic Dawid-Skene dataset (benchmarks/common.py: ~10 labels per item, 5 classes) is generated
+once; each algorithm runs ``--iterations`` sweeps on each engine (H = 2 for the IDBLA models; tolerances
+0 so every run does the same number of sweeps) and the median seconds per sweep are printed, with each
+algorithm's ratio to one Dawid-Skene iteration on the same engine.  Initialization and block building
+are excluded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from datetime import date
+
+import pandas as pd
+
+from benchmarks.common import ds_dataset, machine, median, spark_session, timed_fit
+from crowdspark.algorithms import build_model
+from crowdspark.config import InputConfig
+from crowdspark.data import prepare_labels
+from crowdspark.engine.local import LocalEngine
+from crowdspark.engine.spark import SparkEngine
+from crowdspark.runner import local_blocks
+from crowdspark.spark_data import block_rdd, prepare_labels_spark, read_spark_frame
+
+
+def sweep_params(name: str, iterations: int) -> dict:
+    """Parameters that make ``name`` run exactly ``iterations`` sweeps."""
+    if name == "ds":
+        return {"max_iter": iterations, "tol": 0.0}
+    if name.startswith("idbla-cvb"):
+        return {"max_iter": iterations, "tol": 1e-300}
+    if name in ("idbla", "fixed-idbla", "bcc"):
+        return {"burn_in": iterations - 1, "n_samples": 1}
+    return {}
+
+
+def run_all(engine, encoding, algorithms: list[str], iterations: int) -> dict[str, float]:
+    out = {}
+    for name in algorithms:
+        model = build_model(name, sweep_params(name, iterations), encoding.n_workers, encoding.n_classes, 0)
+        seconds, _ = timed_fit(model, engine)
+        out[name] = median(seconds)
+        print(f"  {engine.name:5s} {name:11s} {out[name]:.3f} s/iteration", flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--labels", type=int, default=10_000_000)
+    parser.add_argument("--algorithms", nargs="+", default=["ds", "idbla", "idbla-cvb", "idbla-cvb0"])
+    parser.add_argument("--iterations", type=int, default=4)
+    parser.add_argument("--partitions", type=int, default=2)
+    args = parser.parse_args()
+    spark = spark_session("local[2]")
+    path = ds_dataset(spark, args.labels)
+    start = time.perf_counter()
+    labels = prepare_labels(pd.read_parquet(path), InputConfig(), path)
+    local = LocalEngine(local_blocks(labels.frame, None, labels.encoding, 2_000_000))
+    print(f"local blocks built in {time.perf_counter() - start:.1f} s", flush=True)
+    results = {"local": run_all(local, labels.encoding, args.algorithms, args.iterations)}
+    del local
+    slabels = prepare_labels_spark(read_spark_frame(spark, path, "parquet", "labels"), InputConfig(), path)
+    engine = SparkEngine(block_rdd(slabels, None, args.partitions, 2_000_000))
+    try:
+        results["spark"] = run_all(engine, slabels.encoding, args.algorithms, args.iterations)
+    finally:
+        engine.close()
+    print()
+    print(f"{args.labels:,} labels; machine: {machine()}; date: {date.today()}; median of {args.iterations} sweeps")
+    print("| algorithm | local engine (s/iter) | x DS | Spark local[2] (s/iter) | x DS | Spark / local |")
+    print("|---|---|---|---|---|---|")
+    for name in args.algorithms:
+        lo, sp = results["local"][name], results["spark"][name]
+        print(f"| {name} | {lo:.3f} | {lo / results['local']['ds']:.2f} | {sp:.3f} | "
+              f"{sp / results['spark']['ds']:.2f} | {sp / lo:.2f} |")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
