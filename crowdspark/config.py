@@ -99,7 +99,9 @@ class EngineConfig:
     sweeps.  ``tree_depth``: depth of ``treeAggregate``.  ``checkpoint_dir`` and ``checkpoint_every``:
     save the fit's state every this many sweeps and resume from it when the same run is started again
     (0 = off).  ``inject_task_failure``: test-only; the first attempt of partition 0 fails at that sweep
-    (0 = off), to show that a retried task does not change the result.
+    (0 = off), to show that a retried task does not change the result.  ``resident_blocks``: keep the
+    blocks in the Python workers between sweeps (``auto`` = on a local master; see
+    :mod:`crowdspark.engine.resident`).
     """
 
     name: str = "spark"
@@ -110,8 +112,10 @@ class EngineConfig:
     checkpoint_dir: str = ""
     checkpoint_every: int = 0
     inject_task_failure: int = 0
+    resident_blocks: str = "auto"
 
     def __post_init__(self) -> None:
+        check_choice("engine.resident_blocks", self.resident_blocks, ("auto", "on", "off"))
         check_int("engine.checkpoint_every", self.checkpoint_every, minimum=0)
         check_int("engine.inject_task_failure", self.inject_task_failure, minimum=0)
         if not isinstance(self.checkpoint_dir, str):

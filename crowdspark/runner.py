@@ -52,7 +52,9 @@ class RunResult:
 
 
 @dataclass
-class _Timer:
+class Timer:
+    """Seconds per phase of a run (``lap`` closes the current phase)."""
+
     timings: dict[str, float] = field(default_factory=dict)
     _start: float = field(default_factory=time.perf_counter)
 
@@ -356,7 +358,7 @@ def aggregate_frames(
     RunResult
         With ``items`` and ``workers`` tables; ``summary`` has no ``timings``.
     """
-    timer = _Timer()
+    timer = Timer()
     options = options or RunOptions()
     if config.input.filter:
         raise ConfigError(
@@ -424,7 +426,7 @@ def _aggregate_local(
 # --------------------------------------------------------------------------- spark engine
 
 
-def _item_schema(model: Model) -> str:
+def item_schema(model: Model) -> str:
     extras = getattr(model, "item_extras", {}) or {}
     columns = ["item string", "label string", "confidence double", "posterior array<double>"]
     columns += [f"{name} {ddl}" for name, ddl in extras.items()]
@@ -468,7 +470,7 @@ class SparkFit:
         blobs = self.engine.item_blobs(partial(finish_fn, self.model), self.result.params)
         blob_frame = spark.createDataFrame(blobs, "blob binary")
         decode = partial(_decode_items, classes=self.encoding.classes)
-        return blob_frame.mapInPandas(decode, _item_schema(self.model))
+        return blob_frame.mapInPandas(decode, item_schema(self.model))
 
     def close(self) -> None:
         self.engine.close()
@@ -481,7 +483,7 @@ def fit_spark_frames(
     gold_raw=None,
     labels_source: str = "<DataFrame>",
     gold_source: str | None = None,
-    timer: _Timer | None = None,
+    timer: Timer | None = None,
     options: RunOptions | None = None,
 ) -> SparkFit:
     """Validate, fit and evaluate Spark DataFrames on the Spark engine (nothing is written).
@@ -502,7 +504,7 @@ def fit_spark_frames(
     from crowdspark.engine.spark import SparkEngine
     from crowdspark.spark_data import block_rdd, gold_items_without_labels, prepare_gold_spark, prepare_labels_spark
 
-    timer = timer or _Timer()
+    timer = timer or Timer()
     options = options or RunOptions()
     if config.input.filter:
         try:
@@ -525,6 +527,7 @@ def fit_spark_frames(
         checkpoint_interval=config.engine.checkpoint_interval,
         tree_depth=config.engine.tree_depth,
         inject_task_failure=config.engine.inject_task_failure,
+        resident_blocks=config.engine.resident_blocks,
     )
     try:
         timer.lap("blocks")
@@ -555,7 +558,7 @@ def _aggregate_spark(
 ) -> RunResult:
     from crowdspark.spark_data import read_spark_frame
 
-    timer = _Timer()
+    timer = Timer()
     raw = read_spark_frame(spark, labels_path, config.input.format, "labels")
     gold_raw = read_spark_frame(spark, gold_path, config.gold.format, "gold") if gold_path else None
     timer.lap("read")

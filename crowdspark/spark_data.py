@@ -150,7 +150,10 @@ def _blocks_from_arrow(batches: Iterator, encoding: Encoding, max_labels: int) -
 
     from crowdspark.data import encode_rows
 
-    table = pa.Table.from_batches(list(batches))
+    batches = list(batches)
+    if not batches:  # an empty partition (fewer items than partitions)
+        return
+    table = pa.Table.from_batches(batches)
     if table.num_rows == 0:
         return
     frame = table.to_pandas()

@@ -193,3 +193,9 @@ def test_invalid_seed_and_algorithm():
 
     with pytest.raises(ConfigError, match=r"algorithm must be one of \['mv', 'ds'.*but got 'em'"):
         build_model("em", {}, 3, 2, 0)
+
+
+def test_more_partitions_than_items(run, tmp_path):
+    path = write_csv(tmp_path / "l.csv", BASIC)
+    summary = run(path, overrides=["engine.partitions=8"])
+    assert summary["counts"]["items"] == 3

@@ -22,13 +22,18 @@ Nothing item-level is collected: the driver sees statistics and parameters sized
 from __future__ import annotations
 
 import logging
+import os
 import pickle
+import shutil
+import tempfile
+import uuid
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
 from crowdspark.block import Block
 from crowdspark.engine.base import BlockFn, Engine, ItemFn
+from crowdspark.engine.resident import BlockHandle, forget, resolve, spill
 from crowdspark.models.base import State
 from crowdspark.stats import Stats, add_stats
 
@@ -61,7 +66,7 @@ def _stateless_partition(fn: BlockFn, broadcast, elements: Iterator) -> Iterator
     total: Stats = {}
     for tag, (block, state) in elements:
         if tag == _BLOCK:
-            total = add_stats(total, fn(block, state, value)[1])
+            total = add_stats(total, fn(resolve(block), state, value)[1])
     yield total
 
 
@@ -71,20 +76,24 @@ def _stateful_partition(fn: BlockFn, broadcast, elements: Iterator) -> Iterator[
     for tag, (block, state) in elements:
         if tag != _BLOCK:
             continue
-        new_state, stats = fn(block, state, value)
+        new_state, stats = fn(resolve(block), state, value)
         total = add_stats(total, stats)
-        yield (_BLOCK, (block, new_state))
+        yield (_BLOCK, (block, new_state))  # the handle (or block) as it came: blocks stay where they are
     yield (_STATS, total)
 
 
 def _keyed_state(element: tuple[int, Any]) -> tuple[str, State]:
     block, state = element[1]
-    return (str(block.item_ids[0]), state)
+    return (str(resolve(block).item_ids[0]), state)
 
 
 def _keyed_block(element: tuple[int, Any]) -> tuple[str, Block]:
     block = element[1][0]
-    return (str(block.item_ids[0]), block)
+    return (str(resolve(block).item_ids[0]), block)
+
+
+def _spilled(directory: str, engine_id: str, block: Block) -> tuple[int, tuple[BlockHandle, State]]:
+    return (_BLOCK, (spill(directory, engine_id, block), None))
 
 
 def _joined(pair: tuple[str, tuple[Block, State]]) -> tuple[int, tuple[Block, State]]:
@@ -108,6 +117,7 @@ def _items_partition(fn: ItemFn, broadcast, elements: Iterator) -> Iterator[tupl
     value = broadcast.value
     for tag, (block, state) in elements:
         if tag == _BLOCK:
+            block = resolve(block)
             yield (pickle.dumps((block, fn(block, state, value)), protocol=5),)
 
 
@@ -127,7 +137,13 @@ class SparkEngine(Engine):
     name = "spark"
 
     def __init__(
-        self, blocks, *, checkpoint_interval: int = 10, tree_depth: int = 2, inject_task_failure: int = 0
+        self,
+        blocks,
+        *,
+        checkpoint_interval: int = 10,
+        tree_depth: int = 2,
+        inject_task_failure: int = 0,
+        resident_blocks: str = "auto",
     ) -> None:
         from pyspark import StorageLevel
 
@@ -136,7 +152,17 @@ class SparkEngine(Engine):
         self.checkpoint_interval = checkpoint_interval
         self.tree_depth = tree_depth
         self.inject_task_failure = inject_task_failure
-        self._base = blocks.map(_with_empty_state).persist(self._storage)
+        self.engine_id = uuid.uuid4().hex[:16]
+        self.resident = resident_blocks == "on" or (
+            resident_blocks == "auto" and self.sc.master.startswith("local")
+        )
+        self._spill_dir = None
+        if self.resident:
+            root = self.sc.getConf().get("spark.local.dir", tempfile.gettempdir()).split(",")[0]
+            self._spill_dir = os.path.join(root, f"crowdspark-blocks-{self.engine_id}")
+            self._base = blocks.map(partial(_spilled, self._spill_dir, self.engine_id)).persist(self._storage)
+        else:
+            self._base = blocks.map(_with_empty_state).persist(self._storage)
         self._current = self._base  # elements (tag, payload); blocks with their current state
         self._anchor = self._base  # the newest RDD whose lineage was truncated (or the base)
         self._uncheckpointed: list = []  # the newest cached sweep, if it is not the anchor
@@ -232,3 +258,6 @@ class SparkEngine(Engine):
             broadcast.destroy()
         self._uncheckpointed = []
         self._pending_broadcasts = []
+        if self._spill_dir is not None:
+            forget(self.engine_id)  # the driver's own copies (local engine API use); workers evict lazily
+            shutil.rmtree(self._spill_dir, ignore_errors=True)

@@ -1,0 +1,315 @@
+"""The pyspark.ml face: same answers as the command line and the pandas API, save/load, Pipeline, errors."""
+
+from __future__ import annotations
+
+import doctest
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import crowdspark.ml as ml
+from crowdspark.algorithms import algorithm_names
+from crowdspark.api import Aggregator
+from crowdspark.config import load_config
+from crowdspark.data import Encoding
+from crowdspark.errors import ConfigError, InputError
+from crowdspark.ml import (
+    BccAggregator,
+    CrowdAggregator,
+    CrowdAggregatorModel,
+    DawidSkeneAggregator,
+    FixedIdblaAggregator,
+    IdblaAggregator,
+    MajorityVoteAggregator,
+    aggregate_df,
+)
+from crowdspark.models.base import ItemResult
+from crowdspark.models.majority_vote import MajorityVote
+from crowdspark.runner import aggregate
+from tests.helpers import DATA
+
+LABELS = str(DATA / "rte" / "labels.csv")
+TRUTH = str(DATA / "rte" / "truth.csv")
+SEED = 5
+#: (algorithm, parameters): the baselines and one IDBLA-family sampler with few sweeps
+CASES = {"ds": {}, "mv": {}, "idbla": {"burn_in": 5, "n_samples": 5}}
+
+
+# --------------------------------------------------------------------------- no Spark needed
+
+
+def test_params_have_docs_and_the_command_line_defaults():
+    agg = CrowdAggregator()
+    expected = {
+        "itemCol": "item", "workerCol": "worker", "labelCol": "label", "algorithm": "ds", "seed": 0,
+        "algorithmParams": "{}", "classes": [], "partitions": 0, "maxBlockLabels": 2_000_000,
+        "checkpointInterval": 10, "handleUnknownWorkers": "error",
+    }
+    assert {p.name: agg.getOrDefault(p) for p in agg.params} == expected
+    assert all(len(p.doc) > 20 for p in agg.params)
+    assert "algorithm name, one of" in agg.explainParam("algorithm")
+
+
+def test_subclasses_fix_the_algorithm_and_params_round_trip():
+    subclasses = [MajorityVoteAggregator, DawidSkeneAggregator, BccAggregator, IdblaAggregator, FixedIdblaAggregator]
+    assert [cls().getAlgorithm() for cls in subclasses] == ["mv", "ds", "bcc", "idbla", "fixed-idbla"]
+    assert all(CrowdAggregator(algorithm=name).getAlgorithm() == name for name in algorithm_names())
+    agg = DawidSkeneAggregator(algorithmParams='{"tol": 1e-8, "max_iter": 3}', itemCol="task", seed=7)
+    assert agg.getAlgorithmParams() == {"max_iter": 3, "tol": 1e-8}
+    assert agg.setParams(seed=8).getSeed() == 8 and agg.getItemCol() == "task"
+    copied = agg.copy({agg.algorithmParams: {"smoothing": 1.0}})
+    assert copied.getAlgorithmParams() == {"smoothing": 1.0} and agg.getAlgorithmParams()["max_iter"] == 3
+
+
+@pytest.mark.parametrize("value", ["[1, 2]", "not json", 3])
+def test_algorithm_params_must_be_a_json_object(value):
+    with pytest.raises(ConfigError, match="algorithmParams must be a dict or a JSON object"):
+        CrowdAggregator(algorithmParams=value)
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def labels(spark):
+    return spark.read.csv(LABELS, header=True)
+
+
+@pytest.fixture(scope="module")
+def models(spark, labels):
+    """Fitted models by algorithm, fitted once per module on first use."""
+    cache: dict[str, CrowdAggregatorModel] = {}
+
+    def get(algorithm: str) -> CrowdAggregatorModel:
+        if algorithm not in cache:
+            estimator = CrowdAggregator(algorithm=algorithm, seed=SEED, algorithmParams=CASES[algorithm])
+            cache[algorithm] = estimator.fit(labels)
+        return cache[algorithm]
+
+    yield get
+    for model in cache.values():
+        model.close()
+
+
+def by_item(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.sort_values("item").reset_index(drop=True)
+
+
+def assert_same_items(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    """Labels (and levels) identical, posteriors and other numbers within 1e-9."""
+    got, want = by_item(got), by_item(want)
+    assert got["item"].tolist() == want["item"].tolist()
+    assert got["label"].tolist() == want["label"].tolist()
+    if "level" in want:
+        assert got["level"].tolist() == want["level"].tolist()
+    for column in ("posterior", "level_posterior"):
+        if column in want:
+            np.testing.assert_allclose(np.stack(got[column]), np.stack(want[column]), rtol=0, atol=1e-9)
+    for column in ("confidence", "epsilon"):
+        if column in want:
+            np.testing.assert_allclose(got[column].astype(float), want[column].astype(float), rtol=0, atol=1e-9)
+
+
+def cli_config(algorithm: str, engine: str):
+    overrides = [f"{algorithm}.{key}={value}" for key, value in CASES[algorithm].items()]
+    return load_config(overrides=overrides, algorithm=algorithm, engine_name=engine, seed=SEED)
+
+
+# --------------------------------------------------------------------------- same answers everywhere
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("algorithm", list(CASES))
+def test_ml_cli_and_pandas_api_give_the_same_answers(spark, labels, models, tmp_path, algorithm):
+    model = models(algorithm)
+    fitted = model.items.toPandas()
+    local = aggregate(cli_config(algorithm, "local"), LABELS, None)
+    cli_spark = aggregate(cli_config(algorithm, "spark"), LABELS, str(tmp_path / "out"), spark=spark).summary
+    pandas_api = Aggregator(algorithm, seed=SEED, **CASES[algorithm]).fit(pd.read_csv(LABELS, dtype=str))
+    assert_same_items(fitted, local.items)
+    assert_same_items(pd.read_parquet(tmp_path / "out" / "items"), local.items)
+    assert_same_items(pandas_api.items_.reset_index(), local.items)
+    for summary in (model.summary, cli_spark, pandas_api.summary_):
+        assert summary["counts"] == local.summary["counts"]
+        assert summary["iterations"] == local.summary["iterations"]
+        assert summary["parameters"] == local.summary["parameters"]
+    workers = by_item(model.workers.toPandas().rename(columns={"worker": "item"}))
+    want = by_item(local.workers.rename(columns={"worker": "item"}))
+    assert workers["n_labels"].tolist() == want["n_labels"].tolist()
+    np.testing.assert_allclose(np.stack(workers["accuracy"]), np.stack(want["accuracy"]), atol=1e-9)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("algorithm", ["ds", "mv"])
+def test_transform_of_the_training_labels_is_the_fitted_item_table(labels, models, algorithm):
+    from chispa import assert_df_equality
+
+    model = models(algorithm)
+    assert_df_equality(model.transform(labels), model.items, ignore_row_order=True, ignore_nullable=True)
+
+
+@pytest.mark.spark
+def test_sampler_transform_scores_with_the_posterior_mean_parameters(labels, models):
+    model = models("idbla")
+    scored = by_item(model.transform(labels).toPandas())
+    fitted = by_item(model.items.toPandas())
+    assert list(scored.columns) == list(fitted.columns)
+    assert scored["item"].tolist() == fitted["item"].tolist()
+    assert scored["epsilon"].isna().all()
+    np.testing.assert_allclose(np.stack(scored["posterior"]).sum(axis=1), 1.0, atol=1e-12)
+    assert (scored["label"] == fitted["label"]).mean() > 0.98
+
+
+@pytest.mark.spark
+def test_aggregate_df_with_gold_matches_the_command_line(spark, labels):
+    gold = spark.read.csv(TRUTH, header=True)
+    items, workers, summary = aggregate_df(labels, "mv", gold_df=gold, seed=SEED)
+    local = aggregate(cli_config("mv", "local"), LABELS, None, gold_path=TRUTH)
+    assert_same_items(items.toPandas(), local.items)
+    assert workers.count() == local.summary["counts"]["workers"]
+    assert summary["metrics"]["error_rate"] == local.summary["metrics"]["error_rate"]
+    assert summary["metrics"]["nll"] == pytest.approx(local.summary["metrics"]["nll"], abs=1e-9)
+
+
+# --------------------------------------------------------------------------- save and load
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("algorithm", ["ds", "idbla"])
+def test_saved_and_reloaded_model_transforms_identically(labels, models, tmp_path, algorithm):
+    from chispa import assert_df_equality
+
+    model = models(algorithm)
+    path = str(tmp_path / "model")
+    model.write().save(path)
+    loaded = CrowdAggregatorModel.load(path)
+    assert loaded.uid == model.uid and loaded.kernel == model.kernel and loaded.encoding == model.encoding
+    values = {p.name: model.getOrDefault(p) for p in model.params}
+    assert {p.name: loaded.getOrDefault(p) for p in loaded.params} == values
+    assert set(loaded.globalParams) == set(model.globalParams)
+    for name, value in model.globalParams.items():
+        assert type(loaded.globalParams[name]) is type(value)
+        np.testing.assert_array_equal(loaded.globalParams[name], value)
+    assert loaded.summary["counts"] == model.summary["counts"]
+    assert_df_equality(loaded.transform(labels), model.transform(labels), ignore_row_order=True, ignore_nullable=True,
+                       allow_nan_equality=True)
+    assert_df_equality(loaded.items, model.items, ignore_row_order=True, ignore_nullable=True, allow_nan_equality=True)
+    assert_df_equality(loaded.workers, model.workers, ignore_row_order=True, ignore_nullable=True,
+                       allow_nan_equality=True)
+    model.write().overwrite().save(path)  # an existing path needs overwrite()
+    with pytest.raises(Exception, match="already exists"):
+        model.write().save(path)
+
+
+# --------------------------------------------------------------------------- Pipeline
+
+
+@pytest.mark.spark
+def test_inside_a_pipeline_that_renames_columns_and_after_save_and_load(labels, models, tmp_path):
+    from chispa import assert_df_equality
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.feature import SQLTransformer
+
+    rename = SQLTransformer(statement="SELECT item AS task, worker AS annotator, label FROM __THIS__")
+    aggregator = MajorityVoteAggregator(itemCol="task", workerCol="annotator", seed=SEED)
+    pipeline = Pipeline(stages=[rename, aggregator])
+    fitted = pipeline.fit(labels)
+    expected = models("mv").items
+    assert_df_equality(fitted.transform(labels), expected, ignore_row_order=True, ignore_nullable=True)
+    pipeline.write().save(str(tmp_path / "pipeline"))
+    assert Pipeline.load(str(tmp_path / "pipeline")).getStages()[1].getItemCol() == "task"
+    fitted.write().save(str(tmp_path / "pipeline_model"))
+    reloaded = PipelineModel.load(str(tmp_path / "pipeline_model"))
+    assert isinstance(reloaded.stages[1], CrowdAggregatorModel)
+    assert_df_equality(reloaded.transform(labels), expected, ignore_row_order=True, ignore_nullable=True)
+    closed = fitted.stages[1]
+    closed.close()  # frees the item table's checkpoint; the model still transforms and saves
+    with pytest.raises(ConfigError, match="has no item table"):
+        closed.items
+    closed.write().save(str(tmp_path / "closed"))
+    reloaded_closed = CrowdAggregatorModel.load(str(tmp_path / "closed"))
+    assert reloaded_closed.kernel == closed.kernel
+    with pytest.raises(ConfigError, match="has no item table"):
+        reloaded_closed.items
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.spark
+def test_input_errors_are_the_command_lines(spark, labels):
+    with pytest.raises(InputError) as from_ml:
+        CrowdAggregator(itemCol="task").fit(labels)
+    with pytest.raises(InputError) as from_pandas:
+        Aggregator("ds", item="task").fit(pd.read_csv(LABELS, dtype=str))
+    assert str(from_ml.value) == str(from_pandas.value)
+    assert "has no column(s) ['task']; present columns: ['item', 'worker', 'label']" in str(from_ml.value)
+    with pytest.raises(InputError, match=r"value\(s\) \['1'\] outside the configured classes \['0', 'yes'\]"):
+        CrowdAggregator(classes=["0", "yes"]).fit(labels)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"algorithm": "nope"}, r"algorithm must be one of \[.*'ds'.*\], but got 'nope'"),
+        ({"algorithmParams": {"max_iter": 0}}, r"ds.max_iter must be an integer >= 1, but got 0"),
+        ({"algorithmParams": {"maxiter": 5}}, r"unknown parameter\(s\) ds.maxiter for algorithm 'ds'; known: "),
+        ({"seed": -1}, r"seed must be an integer >= 0, but got -1"),
+        ({"partitions": -2}, r"engine.partitions must be an integer >= 0, but got -2"),
+    ],
+)
+def test_config_errors_are_the_command_lines(labels, kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        CrowdAggregator(**kwargs).fit(labels)
+
+
+@pytest.mark.spark
+def test_transform_refuses_unknown_workers_or_skips_them_and_refuses_new_classes(spark, labels, models):
+    model = models("ds")
+    extra = spark.createDataFrame([("266", "new-worker", "1")], labels.schema)
+    unknown = r"1 worker\(s\) were not seen when the model was fitted, e.g. \['new-worker'\]"
+    with pytest.raises(InputError, match=unknown):
+        model.transform(labels.unionByName(extra))
+    skipping = model.copy({model.handleUnknownWorkers: "skip"})
+    assert skipping.transform(labels.unionByName(extra)).count() == 800
+    other_class = spark.createDataFrame([("266", "AEX5NCH03LWSG", "2")], labels.schema)
+    with pytest.raises(InputError, match=r"value\(s\) \['2'\] outside the configured classes \['0', '1'\]"):
+        model.transform(other_class)
+    with pytest.raises(ConfigError, match=r"handleUnknownWorkers must be one of \['error', 'skip'\]"):
+        model.copy({model.handleUnknownWorkers: "keep"}).transform(labels)
+
+
+@dataclass(frozen=True)
+class _StatefulVote(MajorityVote):
+    """A test kernel whose per-item results need per-item state (like collapsed VI)."""
+
+    def finish_block(self, block: Any, state: Any, params: Any) -> ItemResult:
+        assert state is not None
+        return super().finish_block(block, state, params)
+
+
+@pytest.mark.spark
+def test_transform_refuses_models_that_need_per_item_state(labels):
+    encoding = Encoding(("a", "b"), ("0", "1"))
+    model = CrowdAggregatorModel(kernel=_StatefulVote(2, 2), globalParams={}, encoding=encoding)
+    with pytest.raises(ConfigError, match="keeps per-item state and cannot score labels"):
+        model.transform(labels)
+
+
+def test_an_unfitted_model_says_so():
+    with pytest.raises(ConfigError, match="has no item table; fit a CrowdAggregator or load a model"):
+        CrowdAggregatorModel().items
+
+
+# --------------------------------------------------------------------------- docstrings
+
+
+@pytest.mark.spark
+def test_docstring_examples_run(spark):
+    result = doctest.testmod(ml, extraglobs={"spark": spark}, optionflags=doctest.ELLIPSIS, verbose=False)
+    assert result.attempted >= 10
+    assert result.failed == 0
