@@ -332,14 +332,19 @@ class IdblaGibbs(IdblaInit):
         return ll + np.log(params["alpha"])[None, None, :] + np.log(params["beta"])[None, :, None]
 
     def _draw(
-        self, block: Block, state: dict[str, np.ndarray], table: np.ndarray, sweep: int
+        self, block: Block, state: dict[str, np.ndarray], table: np.ndarray, sweep: int,
+        joint: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Draw (T, Q) per item from ``table`` (n, H, C) by the configured scheme; int32 (n,) each."""
+        """Draw (T, Q) per item from ``table`` (n, H, C) by the configured scheme; int32 (n,) each.
+
+        ``joint`` (n, H, C), the normalized ``table``, saves normalizing it again for the joint scheme.
+        """
         n, H, C = table.shape
         u_t = uniforms(self.seed, sweep, block.item_keys, _STREAM_T)
         if self.scheme == "joint":
-            probs, _ = normalize_log(table.reshape(n, H * C), axis=1)
-            idx = _inverse_cdf(probs, u_t)
+            if joint is None:
+                joint, _ = normalize_log(table.reshape(n, H * C), axis=1)
+            idx = _inverse_cdf(joint.reshape(n, H * C), u_t)
             return (idx % C).astype(np.int32), (idx // C).astype(np.int32)
         rows = np.arange(n)
         p_t, _ = normalize_log(table[rows, state["Q"], :], axis=1)
@@ -360,7 +365,7 @@ class IdblaGibbs(IdblaInit):
         n, H, C = table.shape
         joint, log_evidence = normalize_log(table.reshape(n, H * C), axis=1)
         joint = joint.reshape(n, H, C)
-        T, Q = self._draw(block, state, table, sweep)
+        T, Q = self._draw(block, state, table, sweep, joint)
         new = dict(state)
         new["T"], new["Q"] = T, Q
         if self.is_kept(sweep):
@@ -368,9 +373,10 @@ class IdblaGibbs(IdblaInit):
             new["level_sum"] = state.get("level_sum", 0.0) + joint.sum(axis=2)
             new["n_kept"] = state.get("n_kept", 0) + 1
         stats = level_counts(block, T, Q, self.n_workers, self.n_classes, self.n_levels)
+        # log p(L | pi, T, Q) of the block: a sum over labels of log pi[k, Q_i, T_i, c], i.e. the sampled
+        # counts times log pi (sized by K, H, C instead of by labels)
         log_pi = np.log(np.maximum(params["pi"], _TINY))
-        stats["loglik"] = np.array(float(log_pi[block.worker, Q[block.item_of_label], T[block.item_of_label],
-                                                block.label].sum()))
+        stats["loglik"] = np.array(float((stats["counts"] * log_pi).sum()))
         stats["log_evidence"] = np.array(float(log_evidence.sum()))
         return new, stats
 

@@ -57,10 +57,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+import scipy.sparse as sp
 
 from crowdspark.block import Block
 from crowdspark.models.base import Model, State
-from crowdspark.models.common import normalize_rows, per_item_sum
+from crowdspark.models.common import incidence, normalize_rows, per_item_sum
 from crowdspark.models.majority_vote import majority_labels
 from crowdspark.rng import uniforms
 from crowdspark.stats import Stats
@@ -207,12 +208,15 @@ def level_counts(block: Block, T: np.ndarray, Q: np.ndarray, n_workers: int, n_c
     dict with ``counts`` (K, H, C, C) = ``N_l(k, h, t, c)``, ``classes`` (C,) = ``N_t``,
     ``levels`` (H,) = ``N_q``
     """
-    index = (block.worker.astype(np.int64) * n_levels + Q[block.item_of_label]) * n_classes
-    index = (index + T[block.item_of_label]) * n_classes + block.label
-    size = n_workers * n_levels * n_classes * n_classes
-    counts = np.bincount(index, minlength=size).astype(np.float64)
+    # incidence (K*C, n) times the one-hot of (Q_i, T_i) per item (n, H*C): counts[k*C + c, h*C + t]
+    n = block.n_items
+    onehot = sp.csr_matrix(
+        (np.ones(n), Q.astype(np.int64) * n_classes + T, np.arange(n + 1)), shape=(n, n_levels * n_classes)
+    )
+    flat = (incidence(block, n_workers, n_classes) @ onehot).toarray()
+    counts = flat.reshape(n_workers, n_classes, n_levels, n_classes).transpose(0, 2, 3, 1)
     return {
-        "counts": counts.reshape(n_workers, n_levels, n_classes, n_classes),
+        "counts": np.ascontiguousarray(counts),
         "classes": np.bincount(T, minlength=n_classes).astype(np.float64),
         "levels": np.bincount(Q, minlength=n_levels).astype(np.float64),
     }
