@@ -94,7 +94,7 @@ class EngineConfig:
     """How the work is run.
 
     ``name``: ``spark`` or ``local``.  ``partitions``: Spark partitions of the item blocks (0 = the
-    context's default parallelism, i.e. the number of cores).  ``max_block_labels``: largest number of
+    context's default parallelism, i.e. the number of cores, or one per 4M labels if that is more).  ``max_block_labels``: largest number of
     labels in one block.  ``checkpoint_interval``: stateful models truncate the lineage every this many
     sweeps.  ``tree_depth``: depth of ``treeAggregate``.  ``checkpoint_dir`` and ``checkpoint_every``:
     save the fit's state every this many sweeps and resume from it when the same run is started again

@@ -442,6 +442,17 @@ def _decode_items(frames, classes: tuple[str, ...]):
             yield item_frame(block.item_ids, result, classes)
 
 
+#: labels per partition above which the default partition count grows (block building converts a whole
+#: partition to pandas: about 200 bytes per label)
+LABELS_PER_PARTITION = 4_000_000
+
+
+def default_partitions(spark, n_labels: int) -> int:
+    """The cluster's default parallelism, or more partitions when each would hold over
+    :data:`LABELS_PER_PARTITION` labels (so block building stays within executor memory)."""
+    return max(spark.sparkContext.defaultParallelism, -(-n_labels // LABELS_PER_PARTITION))
+
+
 @dataclass
 class SparkFit:
     """A fit on the Spark engine whose blocks are still cached (call :meth:`close` when done).
@@ -521,7 +532,7 @@ def fit_spark_frames(
         extra["gold_items_without_labels"] = gold_items_without_labels(labels, gold)
         extra["gold_repeated_rows"] = gold.repeated_rows
     timer.lap("validate")
-    n_partitions = config.engine.partitions or spark.sparkContext.defaultParallelism
+    n_partitions = config.engine.partitions or default_partitions(spark, labels.n_rows)
     engine = SparkEngine(
         block_rdd(labels, gold, n_partitions, config.engine.max_block_labels),
         checkpoint_interval=config.engine.checkpoint_interval,
