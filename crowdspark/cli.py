@@ -49,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     agg.add_argument("--quiet", action="store_true", help="only warnings and errors in the log")
 
     sub.add_parser("algorithms", help="list the algorithms and their parameters with defaults")
+
+    from crowdspark.reproduce import build_parser as reproduce_parser
+
+    reproduce_parser(sub.add_parser("reproduce", help="reproduce the IDBLA paper's experiments into a report"))
     return parser
 
 
@@ -99,9 +103,16 @@ def _report(summary: dict, output: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``crowdspark`` console script."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     debug = getattr(args, "debug", False)
     configure_logging(debug, getattr(args, "quiet", False))
+    if args.command == "reproduce":
+        from crowdspark.reproduce import command_line, execute, log_levels
+
+        for name, level in log_levels(args.quiet, args.verbose).items():
+            logging.getLogger(name).setLevel(level)
+        return execute(args, command_line("crowdspark reproduce", argv[1:]))
     if args.command == "algorithms":
         from crowdspark.algorithms import algorithm_names, hyperparameters
 
