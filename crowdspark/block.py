@@ -17,7 +17,7 @@ import pandas as pd
 
 from crowdspark.rng import item_keys as _item_keys
 
-__all__ = ["Block", "build_blocks", "block_counts", "DEFAULT_MAX_BLOCK_LABELS"]
+__all__ = ["Block", "build_blocks", "blocks_from_codes", "block_counts", "DEFAULT_MAX_BLOCK_LABELS"]
 
 DEFAULT_MAX_BLOCK_LABELS = 2_000_000
 
@@ -110,13 +110,38 @@ def build_blocks(
     item_ids = np.asarray(item_ids, dtype=object)
     if item_ids.size == 0:
         return []
-    # items sorted by id and labels by (item, worker, label): the blocks, and every sum over them, do not
-    # depend on the order in which rows arrive (Spark's shuffle order varies between runs)
+    # items sorted by id: the blocks, and every sum over them, do not depend on the order in which rows
+    # arrive (Spark's shuffle order varies between runs)
     codes, uniques = pd.factorize(item_ids, sort=True)
+    return blocks_from_codes(codes, np.asarray(uniques, dtype=object), worker, label, truth, max_labels)
+
+
+def blocks_from_codes(
+    codes: np.ndarray,
+    uniques: np.ndarray,
+    worker: np.ndarray,
+    label: np.ndarray,
+    truth: np.ndarray | None = None,
+    max_labels: int = DEFAULT_MAX_BLOCK_LABELS,
+) -> list[Block]:
+    """:func:`build_blocks` for rows whose items are already factorized.
+
+    Parameters
+    ----------
+    codes : ndarray of int, shape (m,)
+        Index of each row's item in ``uniques``.
+    uniques : ndarray of object (str), shape (n,)
+        Item ids, sorted (the block order follows them).
+    worker, label, truth, max_labels
+        As in :func:`build_blocks`.
+    """
+    if len(codes) == 0:
+        return []
     worker = np.asarray(worker, dtype=np.int32)
     label = np.asarray(label, dtype=np.int32)
+    # labels in (item, worker, label) order: per-item sums do not depend on the rows' arrival order
     order = np.lexsort((label, worker, codes))
-    codes = codes[order]
+    codes = np.asarray(codes)[order]
     worker = worker[order]
     label = label[order]
     counts = np.bincount(codes, minlength=len(uniques))

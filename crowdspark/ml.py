@@ -659,7 +659,7 @@ def score_labels(model: CrowdAggregatorModel, labels_df: DataFrame) -> DataFrame
     kernel, params, encoding = model.kernel, model.globalParams, model.encoding
     _probe_scoring(kernel, params)
     cfg = replace(model._input_config(), classes=encoding.classes)
-    labels = prepare_labels_spark(labels_df, cfg, _SOURCE)
+    labels = prepare_labels_spark(labels_df, cfg, _SOURCE, persist=False)
     frame = _known_worker_labels(model, labels)
     spark = labels_df.sparkSession
     n_partitions = model.getPartitions() or spark.sparkContext.defaultParallelism

@@ -541,6 +541,8 @@ def fit_spark_frames(
         resident_blocks=config.engine.resident_blocks,
     )
     try:
+        engine.materialize()
+        labels.frame.unpersist()
         timer.lap("blocks")
         layout = {"engine": "spark", "partitions": n_partitions, "max_block_labels": config.engine.max_block_labels}
         model, result, selection = fit_configured(

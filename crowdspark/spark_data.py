@@ -64,7 +64,7 @@ def read_spark_frame(spark, path: str, fmt: str, what: str):
 
 @dataclass(frozen=True)
 class SparkLabels:
-    """Validated labels: a DataFrame with string columns ``item``, ``worker``, ``label``."""
+    """Validated labels: a (persisted) DataFrame with string columns ``item``, ``worker``, ``label``."""
 
     frame: object
     encoding: Encoding
@@ -79,14 +79,26 @@ def _check_columns(frame, cols: dict[str, str], what: str, source: str, prefix: 
         raise missing_columns_error(what, source, missing, list(frame.columns), [f"{prefix}.{k}" for k in cols])
 
 
-def prepare_labels_spark(frame, cfg: InputConfig, source: str) -> SparkLabels:
-    """Validate a labels DataFrame and build its encoding (see :func:`crowdspark.data.prepare_labels`)."""
+def prepare_labels_spark(frame, cfg: InputConfig, source: str, persist: bool = True) -> SparkLabels:
+    """Validate a labels DataFrame and build its encoding (see :func:`crowdspark.data.prepare_labels`).
+
+    With ``persist`` the selected columns are cached (``MEMORY_AND_DISK``) so that validation and block
+    building read the input once; the caller unpersists ``frame`` when the blocks are built.
+    """
     from pyspark.sql import functions as F
+
+    from pyspark import StorageLevel
 
     cols = {"item": cfg.item, "worker": cfg.worker, "label": cfg.label}
     _check_columns(frame, cols, "labels", source, "input")
     frame = frame.select(*[F.col(f"`{column}`").cast("string").alias(role) for role, column in cols.items()])
-    aggs = [F.count(F.lit(1)).alias("rows")] + [
+    # read the input once: validation and block building both scan it (the caller unpersists it once the
+    # blocks are built)
+    if persist:
+        frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+    # two jobs: counts (with an estimate of the distinct labels, to refuse a wrong label column before
+    # collecting it), then the distinct labels and workers together in one shuffle
+    aggs = [F.count(F.lit(1)).alias("rows"), F.approx_count_distinct("label").alias("labels_approx")] + [
         F.sum(F.col(role).isNull().cast("long")).alias(role) for role in cols
     ]
     row = frame.agg(*aggs).collect()[0]
@@ -95,9 +107,20 @@ def prepare_labels_spark(frame, cfg: InputConfig, source: str) -> SparkLabels:
     for role, column in cols.items():
         if row[role]:
             raise null_error("labels", source, column, int(row[role]))
-    labels = [r[0] for r in frame.select("label").distinct().limit(MAX_CLASSES + 1).collect()]
+    if row["labels_approx"] > 1.2 * MAX_CLASSES:
+        raise InputError(
+            f"labels at {source!r}: column {cfg.label!r} has about {row['labels_approx']} distinct values "
+            f"(more than {MAX_CLASSES}); is it the label column? Set --set input.label=<column>."
+        )
+    values = (
+        frame.select(F.lit(0).alias("kind"), F.col("label").alias("value"))
+        .union(frame.select(F.lit(1).alias("kind"), F.col("worker").alias("value")))
+        .distinct()
+        .collect()
+    )
+    labels = [r["value"] for r in values if r["kind"] == 0]
     classes = decide_classes(sorted(labels), cfg.classes, source, cfg.label)
-    workers = tuple(sorted(r[0] for r in frame.select("worker").distinct().collect()))
+    workers = tuple(sorted(r["value"] for r in values if r["kind"] == 1))
     return SparkLabels(
         frame=frame,
         encoding=Encoding(workers, tuple(classes)),
@@ -144,11 +167,37 @@ def prepare_gold_spark(frame, cfg: GoldConfig, classes: list[str], source: str) 
     return SparkGold(frame=distinct, source=source, repeated_rows=int(row["rows"]) - n_distinct)
 
 
+def _codes(column, values: tuple[str, ...]) -> np.ndarray:
+    """Index of each value of an Arrow string column in ``values`` (``-1`` where absent or null)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    codes = pc.index_in(column, value_set=pa.array(values, type=pa.string()))
+    return pc.fill_null(codes, -1).to_numpy(zero_copy_only=False).astype(np.int32)
+
+
+def _sorted_item_codes(column) -> tuple[np.ndarray, np.ndarray]:
+    """Factorize an Arrow string column: per-row codes into the sorted distinct ids (object array)."""
+    import pyarrow.compute as pc
+
+    encoded = pc.dictionary_encode(column).combine_chunks()
+    dictionary = encoded.dictionary
+    order = pc.sort_indices(dictionary).to_numpy()
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    codes = rank[encoded.indices.to_numpy(zero_copy_only=False)]
+    uniques = dictionary.take(order).to_numpy(zero_copy_only=False).astype(object)
+    return codes, uniques
+
+
 def _blocks_from_arrow(batches: Iterator, encoding: Encoding, max_labels: int) -> Iterator:
-    """mapInArrow function: one partition's label rows -> pickled blocks (one row each)."""
+    """mapInArrow function: one partition's label rows -> pickled blocks (one row each).
+
+    Encoding stays in Arrow (C++) until the per-item ids: no Python object per label is created.
+    """
     import pyarrow as pa
 
-    from crowdspark.data import encode_rows
+    from crowdspark.block import blocks_from_codes
 
     batches = list(batches)
     if not batches:  # an empty partition (fewer items than partitions)
@@ -156,18 +205,14 @@ def _blocks_from_arrow(batches: Iterator, encoding: Encoding, max_labels: int) -
     table = pa.Table.from_batches(batches)
     if table.num_rows == 0:
         return
-    frame = table.to_pandas()
-    truth = frame["truth"].to_numpy(dtype=object) if "truth" in frame else None
-    if truth is not None:
-        truth = np.where(frame["truth"].isna().to_numpy(), None, truth)
-    encoded = encode_rows(
-        frame["item"].to_numpy(dtype=object),
-        frame["worker"].to_numpy(dtype=object),
-        frame["label"].to_numpy(dtype=object),
-        truth,
-        encoding,
-    )
-    for block in build_blocks(*encoded, max_labels=max_labels):
+    worker = _codes(table["worker"], encoding.workers)
+    label = _codes(table["label"], encoding.classes)
+    if (worker < 0).any() or (label < 0).any():
+        raise InputError("internal encoding error: a worker or label is not in the run's encoding")
+    truth = _codes(table["truth"], encoding.classes) if "truth" in table.column_names else None
+    codes, uniques = _sorted_item_codes(table["item"])
+    del table, batches
+    for block in blocks_from_codes(codes, uniques, worker, label, truth, max_labels=max_labels):
         yield pa.RecordBatch.from_pydict({"block": [pickle.dumps(block, protocol=5)]})
 
 

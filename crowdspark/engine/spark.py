@@ -169,6 +169,10 @@ class SparkEngine(Engine):
         self._pending_broadcasts: list = []  # broadcasts the RDDs since the anchor depend on
         self._sweeps_since_anchor = 0
 
+    def materialize(self) -> int:
+        """Build and cache the blocks now (one job); returns the number of blocks."""
+        return self._base.count()
+
     @property
     def n_partitions(self) -> int:
         return self._base.getNumPartitions()
