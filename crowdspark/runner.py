@@ -10,11 +10,10 @@ import logging
 import os
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from crowdspark import __version__

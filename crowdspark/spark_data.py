@@ -2,13 +2,14 @@
 
 The rules and messages are those of :mod:`crowdspark.data`; here they are computed with Spark
 aggregations, so that nothing item-level is collected to the driver.  What reaches the driver is sized by
-workers and classes: the distinct workers (to number them), the distinct labels (at most
-:data:`crowdspark.data.MAX_CLASSES` + 1 are fetched), and counts.
+workers and classes: the distinct workers (to number them), the distinct labels (refused beyond about
+:data:`crowdspark.data.MAX_CLASSES` before they are fetched), and counts.
 
 Blocks are built on the executors: labels are left-joined with gold, repartitioned by item (so every label
-of an item lands in one partition), and each partition is encoded and grouped into blocks by the same
-:func:`crowdspark.data.encode_rows` and :func:`crowdspark.block.build_blocks` the local engine uses.  The
-blocks travel from Arrow to Python as one pickled binary value per block.
+of an item lands in one partition), and each partition is encoded in Arrow (worker and class codes,
+items factorized in sorted order) and grouped into blocks by :func:`crowdspark.block.blocks_from_codes`,
+the function behind the local engine's :func:`crowdspark.block.build_blocks` (a test checks both give the
+same blocks).  The blocks travel from Arrow to Python as one pickled binary value per block.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from functools import partial
 
 import numpy as np
 
-from crowdspark.block import Block, build_blocks
+from crowdspark.block import Block
 from crowdspark.config import GoldConfig, InputConfig
 from crowdspark.data import (
     MAX_CLASSES,

@@ -14,8 +14,8 @@ from crowdspark.block import Block
 from crowdspark.config import load_config
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import finish_fn, fit
-from crowdspark.models.base import ItemResult, Update
-from crowdspark.models.dawid_skene import DawidSkene, ds_e_step, ds_m_step
+from crowdspark.models.base import ItemResult
+from crowdspark.models.dawid_skene import DawidSkene, ds_e_step
 from crowdspark.models.common import confusion_counts, vote_counts
 from crowdspark.runner import aggregate
 from tests.helpers import DATA, by_item, frames_to_blocks

@@ -8,7 +8,6 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from crowdspark.block import Block, build_blocks
@@ -32,6 +31,7 @@ from crowdspark.models.idbla_cvb import (
     tables_to_params,
 )
 from crowdspark.stats import sum_stats
+from tests.helpers import load_dataset
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -42,14 +42,8 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def load(name: str, max_labels: int = 3000) -> tuple[list[Block], int, int]:
-    df = pd.read_csv(DATA / name / "labels.csv", dtype=str)
-    gold = pd.read_csv(DATA / name / "truth.csv", dtype=str)
-    workers = sorted(df.worker.unique())
-    classes = sorted(df.label.unique(), key=float)
-    w = pd.Index(workers).get_indexer(df.worker)
-    lab = pd.Index(classes).get_indexer(df.label)
-    t = pd.Index(classes).get_indexer(df.item.map(dict(zip(gold.item, gold.truth))).fillna("__none__"))
-    return build_blocks(df.item.values, w, lab, t, max_labels=max_labels), len(workers), len(classes)
+    blocks, enc = load_dataset(name, max_labels)
+    return blocks, enc.n_workers, enc.n_classes
 
 
 def tiny_data(seed: int = 0, n_items: int = 7, n_workers: int = 4, n_classes: int = 3):

@@ -109,3 +109,34 @@ def test_build_blocks_is_independent_of_row_order():
 
 def test_build_blocks_of_nothing():
     assert build_blocks(np.array([], dtype=object), np.array([]), np.array([])) == []
+
+
+def test_spark_block_builder_makes_the_local_engines_blocks():
+    """The Arrow encoding of the Spark engine and pandas' build_blocks give identical blocks."""
+    import pickle
+
+    import pandas as pd
+    import pyarrow as pa
+
+    from crowdspark.data import Encoding, order_classes
+    from crowdspark.spark_data import _blocks_from_arrow
+    from tests.helpers import DATA
+
+    frame = pd.read_csv(DATA / "rte" / "labels.csv", dtype=str)
+    gold = pd.read_csv(DATA / "rte" / "truth.csv", dtype=str)
+    frame["truth"] = frame["item"].map(dict(zip(gold["item"], gold["truth"])))
+    frame.loc[frame["item"].str.endswith("7"), "truth"] = None  # some items without gold
+    enc = Encoding(tuple(sorted(frame["worker"].unique())), tuple(order_classes(list(frame["label"].unique()))))
+    batches = pa.Table.from_pandas(frame.sample(frac=1.0, random_state=1), preserve_index=False).to_batches(max_chunksize=999)
+    spark_blocks = [pickle.loads(b.column(0)[0].as_py()) for b in _blocks_from_arrow(iter(batches), enc, 3000)]
+    truth = enc.class_codes(frame["truth"].fillna("\0none").to_numpy(dtype=object))
+    local_blocks = build_blocks(
+        frame["item"].to_numpy(dtype=object), enc.worker_codes(frame["worker"].to_numpy(dtype=object)),
+        enc.class_codes(frame["label"].to_numpy(dtype=object)), truth, max_labels=3000,
+    )
+    assert len(spark_blocks) == len(local_blocks) > 1
+    for a, b in zip(spark_blocks, local_blocks):
+        for name in ("item_ids", "item_keys", "offsets", "item_of_label", "worker", "label", "truth"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+        assert a.duplicate_pairs == b.duplicate_pairs
+    assert list(_blocks_from_arrow(iter([]), enc, 3000)) == []

@@ -5,7 +5,6 @@ Each case runs on both engines: the pandas reader and the Spark reader must say 
 
 from __future__ import annotations
 
-import json
 
 import pandas as pd
 import pytest

@@ -71,7 +71,7 @@ from crowdspark.block import Block
 from crowdspark.metrics import gold_stats
 from crowdspark.models.base import ItemResult, State, Update
 from crowdspark.models.common import argmax_random_ties, confusion_counts, normalize_log, tie_uniforms
-from crowdspark.models.idbla_init import IdblaInit
+from crowdspark.models.idbla_init import IdblaInit, level_worker_table
 from crowdspark.stats import Stats, sum_stats
 from crowdspark.validation import check_bool, check_float, check_int
 
@@ -754,15 +754,7 @@ class IdblaCvb(IdblaInit):
 
     def worker_table(self, params: Any, init_stats: Stats) -> dict[str, np.ndarray]:
         est = self.estimates(params)
-        pi, alpha, beta = est["pi"], est["alpha"], est["beta"]
-        level_accuracy = np.einsum("t,khtt->kh", alpha, pi)
-        return {
-            "n_labels": init_stats["worker_labels"].round().astype(np.int64),
-            "confusion": np.einsum("h,khtc->ktc", beta, pi),
-            "accuracy": level_accuracy @ beta,
-            "level_confusion": pi,
-            "level_accuracy": level_accuracy,
-        }
+        return level_worker_table(est["pi"], est["alpha"], est["beta"], init_stats["worker_labels"])
 
     def summary(self, params: Any) -> dict[str, Any]:
         est = self.estimates(params)

@@ -63,7 +63,7 @@ from scipy.special import gammaln
 from crowdspark.block import Block
 from crowdspark.models.base import ItemResult, State, Update
 from crowdspark.models.common import argmax_random_ties, label_loglik, normalize_log, tie_uniforms
-from crowdspark.models.idbla_init import IdblaInit, level_counts
+from crowdspark.models.idbla_init import IdblaInit, level_counts, level_worker_table
 from crowdspark.rng import driver_generator, uniforms
 from crowdspark.stats import Stats
 from crowdspark.validation import check_bool, check_choice, check_float, check_int
@@ -450,15 +450,7 @@ class IdblaGibbs(IdblaInit):
 
     def worker_table(self, params: Any, init_stats: Stats) -> dict[str, np.ndarray]:
         final = self.final_params(params)
-        pi, alpha, beta = final["pi"], final["alpha"], final["beta"]
-        level_accuracy = np.einsum("t,khtt->kh", alpha, pi)
-        return {
-            "n_labels": init_stats["worker_labels"].round().astype(np.int64),
-            "confusion": np.einsum("h,khtc->ktc", beta, pi),
-            "accuracy": level_accuracy @ beta,
-            "level_confusion": pi,
-            "level_accuracy": level_accuracy,
-        }
+        return level_worker_table(final["pi"], final["alpha"], final["beta"], init_stats["worker_labels"])
 
     def summary(self, params: Any) -> dict[str, Any]:
         final = self.final_params(params)

@@ -222,6 +222,34 @@ def level_counts(block: Block, T: np.ndarray, Q: np.ndarray, n_workers: int, n_c
     }
 
 
+def level_worker_table(
+    pi: np.ndarray, alpha: np.ndarray, beta: np.ndarray, worker_labels: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Per-worker columns of a model with levels, from its estimates.
+
+    Parameters
+    ----------
+    pi : ndarray, shape (K, H, C, C)
+    alpha : ndarray, shape (C,)
+    beta : ndarray, shape (H,)
+    worker_labels : ndarray, shape (K,)
+        Labels per worker.
+
+    Returns
+    -------
+    dict with ``n_labels`` (K,), ``confusion`` (K, C, C) averaged over levels with beta, ``accuracy`` (K,),
+    ``level_confusion`` (K, H, C, C) and ``level_accuracy`` (K, H) (accuracies weighted by alpha)
+    """
+    level_accuracy = np.einsum("t,khtt->kh", alpha, pi)
+    return {
+        "n_labels": worker_labels.round().astype(np.int64),
+        "confusion": np.einsum("h,khtc->ktc", beta, pi),
+        "accuracy": level_accuracy @ beta,
+        "level_confusion": pi,
+        "level_accuracy": level_accuracy,
+    }
+
+
 @dataclass(frozen=True)
 class IdblaInit(Model):
     """The paper's initialization of T, Q, pi, alpha and beta (section 4.4); base of the IDBLA models.

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crowdspark.block import Block, build_blocks
+import _data
+from crowdspark.block import Block
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import finish_fn, fit
 from crowdspark.models.base import Model
@@ -33,15 +34,7 @@ DATA = Path(__file__).resolve().parents[2] / "data"
 
 def load(name: str, max_labels: int = 3000) -> tuple[list[Block], int, int]:
     """Blocks, K and C of ``data/<name>`` (labels.csv, truth.csv)."""
-    df = pd.read_csv(DATA / name / "labels.csv", dtype=str)
-    gold = pd.read_csv(DATA / name / "truth.csv", dtype=str)
-    workers = sorted(df.worker.unique())
-    classes = sorted(df.label.unique(), key=float)
-    w = pd.Index(workers).get_indexer(df.worker)
-    lab = pd.Index(classes).get_indexer(df.label)
-    g = df.item.map(dict(zip(gold.item, gold.truth)))
-    t = pd.Index(classes).get_indexer(g.fillna("__none__"))
-    return build_blocks(df.item.values, w, lab, t, max_labels=max_labels), len(workers), len(classes)
+    return _data.load(name, max_labels)
 
 
 def labels_of(results) -> tuple[np.ndarray, np.ndarray]:
