@@ -994,14 +994,19 @@ def table_datasets(results: Results) -> str:
          "paper: mean acc. %", "paper: best acc. %"], rows)
 
 
+def _method_by_dataset(
+    results: Results, aggs: Mapping[str, Any], cell: Any, header: Any = str
+) -> str:
+    """A table with a row per method and a column per dataset; ``cell(agg)`` formats one (dataset,
+    method) aggregate, ``header(dataset)`` names its column."""
+    datasets = list(results.datasets)
+    rows = [[m] + [cell(aggs.get(ds, {}).get(m, {})) for ds in datasets] for m in _method_order(results)]
+    return markdown_table(["method"] + [header(ds) for ds in datasets], rows)
+
+
 def table_errors(results: Results, aggs: Mapping[str, Any]) -> str:
     """Table 2 (measured): error rate (%) mean ± sd per method (rows) and dataset (columns)."""
-    datasets = list(results.datasets)
-    rows = []
-    for m in _method_order(results):
-        rows.append([m] + [_pm(aggs.get(ds, {}).get(m, {}).get("error_mean"), aggs.get(ds, {}).get(m, {}).get("error_std"))
-                           for ds in datasets])
-    return markdown_table(["method"] + datasets, rows)
+    return _method_by_dataset(results, aggs, lambda a: _pm(a.get("error_mean"), a.get("error_std")))
 
 
 def table_paper_comparison(results: Results, aggs: Mapping[str, Any]) -> str:
@@ -1077,30 +1082,24 @@ def table_levels(results: Results, aggs: Mapping[str, Any]) -> str:
 
 def table_nll(results: Results, aggs: Mapping[str, Any]) -> str:
     """Figure 3 in numbers: per-label paper NLL and the gold NLL, mean over runs."""
-    datasets = list(results.datasets)
-    rows = []
-    for m in _method_order(results):
-        row = [m]
-        for ds in datasets:
-            a = aggs.get(ds, {}).get(m, {})
-            row.append(f"{_pm(a.get('paper_nll_mean'), None, 3)} / {_fmt(a.get('gold_nll_mean'), 3)}"
-                       if a.get("paper_nll_mean") is not None else None)
-        rows.append(row)
-    return markdown_table(["method"] + [f"{ds}: paper NLL / gold NLL" for ds in datasets], rows)
+
+    def cell(a: Mapping[str, Any]) -> str | None:
+        if a.get("paper_nll_mean") is None:
+            return None
+        return f"{_pm(a.get('paper_nll_mean'), None, 3)} / {_fmt(a.get('gold_nll_mean'), 3)}"
+
+    return _method_by_dataset(results, aggs, cell, lambda ds: f"{ds}: paper NLL / gold NLL")
 
 
 def table_time(results: Results, aggs: Mapping[str, Any]) -> str:
     """Mean seconds per run (wall clock of the whole fit, including validation) and mean iterations."""
-    datasets = list(results.datasets)
-    rows = []
-    for m in _method_order(results):
-        row = [m]
-        for ds in datasets:
-            a = aggs.get(ds, {}).get(m, {})
-            row.append(f"{a['seconds_mean']:.2f} s ({a['iterations_mean']:.0f} it.)" if a.get("seconds_mean") is not None
-                       and a.get("iterations_mean") is not None else _fmt(a.get("seconds_mean")))
-        rows.append(row)
-    return markdown_table(["method"] + datasets, rows)
+
+    def cell(a: Mapping[str, Any]) -> str | None:
+        if a.get("seconds_mean") is not None and a.get("iterations_mean") is not None:
+            return f"{a['seconds_mean']:.2f} s ({a['iterations_mean']:.0f} it.)"
+        return _fmt(a.get("seconds_mean"))
+
+    return _method_by_dataset(results, aggs, cell)
 
 
 def table_claims(claims: Sequence[Claim]) -> str:
