@@ -101,7 +101,10 @@ class EngineConfig:
     (0 = off).  ``inject_task_failure``: test-only; the first attempt of partition 0 fails at that sweep
     (0 = off), to show that a retried task does not change the result.  ``resident_blocks``: keep the
     blocks in the Python workers between sweeps (``auto`` = on a local master; see
-    :mod:`crowdspark.engine.resident`).
+    :mod:`crowdspark.engine.resident`).  ``sweep_mode``: ``session`` runs all sweeps of a model without
+    per-item state (mv, ds, dds) in one barrier job whose tasks exchange statistics with the driver over
+    TCP, ``jobs`` runs one Spark job per sweep, ``auto`` = ``session`` on a local master without dynamic
+    allocation (see :mod:`crowdspark.engine.session`).
     """
 
     name: str = "spark"
@@ -113,9 +116,11 @@ class EngineConfig:
     checkpoint_every: int = 0
     inject_task_failure: int = 0
     resident_blocks: str = "auto"
+    sweep_mode: str = "auto"
 
     def __post_init__(self) -> None:
         check_choice("engine.resident_blocks", self.resident_blocks, ("auto", "on", "off"))
+        check_choice("engine.sweep_mode", self.sweep_mode, ("auto", "session", "jobs"))
         check_int("engine.checkpoint_every", self.checkpoint_every, minimum=0)
         check_int("engine.inject_task_failure", self.inject_task_failure, minimum=0)
         if not isinstance(self.checkpoint_dir, str):

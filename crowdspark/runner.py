@@ -538,6 +538,7 @@ def fit_spark_frames(
         tree_depth=config.engine.tree_depth,
         inject_task_failure=config.engine.inject_task_failure,
         resident_blocks=config.engine.resident_blocks,
+        sweep_mode=config.engine.sweep_mode,
     )
     try:
         engine.materialize()
@@ -555,6 +556,7 @@ def fit_spark_frames(
         inputs = {"labels": labels_source, "gold": gold_source, "label_rows": labels.n_rows}
         summary = _summary(config, model, "spark", enc.classes, enc.n_workers, result, extra, inputs)
         summary["partitions"] = n_partitions
+        summary["sweep_sessions"] = engine.session_report()
         if selection is not None:
             summary["level_selection"] = selection
         if metrics is not None:

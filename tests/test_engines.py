@@ -179,3 +179,72 @@ def test_level_selection_runs_on_spark_and_matches_local(spark, tmp_path):
     assert remote["level_selection"]["chosen"] == local["level_selection"]["chosen"]
     for a, b in zip(remote["level_selection"]["table"], local["level_selection"]["table"]):
         assert a["aic"] == pytest.approx(b["aic"]) and a["paper"] == pytest.approx(b["paper"])
+
+
+def _ds_fit(engine, enc, max_iter=6):
+    model = DawidSkene(enc.n_workers, enc.n_classes, max_iter=max_iter, tol=0.0)
+    with pytest.warns(UserWarning):
+        return fit(model, engine)
+
+
+@pytest.mark.parametrize("partitions", [1, 2, 5])
+def test_sweep_session_equals_one_job_per_sweep_and_the_local_engine(spark, partitions):
+    from crowdspark.engine.spark import SparkEngine
+
+    blocks, enc = frames_to_blocks(pd.read_csv(DATA / "rte" / "labels.csv", dtype=str), max_labels=700)
+    local = _ds_fit(LocalEngine(blocks), enc)
+    results = {}
+    for mode in ("session", "jobs"):
+        engine = SparkEngine(spark.sparkContext.parallelize(blocks, partitions), sweep_mode=mode)
+        try:
+            results[mode] = _ds_fit(engine, enc)
+            report = engine.session_report()
+        finally:
+            engine.close()
+        assert report == {"enabled": mode == "session", "sessions": int(mode == "session"), "task_restarts": 0}
+    for mode, result in results.items():
+        np.testing.assert_allclose(result.params["log_pi"], local.params["log_pi"], atol=1e-12, err_msg=mode)
+        np.testing.assert_allclose(
+            [h["objective"] for h in result.history], [h["objective"] for h in local.history], atol=1e-12
+        )
+
+
+def test_sweep_session_survives_a_task_failure(spark):
+    from crowdspark.engine.spark import SparkEngine
+
+    blocks, enc = frames_to_blocks(pd.read_csv(DATA / "temp" / "labels.csv", dtype=str), max_labels=500)
+    clean = _ds_fit(LocalEngine(blocks), enc)
+    engine = SparkEngine(spark.sparkContext.parallelize(blocks, 2), sweep_mode="session", inject_task_failure=3)
+    try:
+        retried = _ds_fit(engine, enc)
+        report = engine.session_report()
+    finally:
+        engine.close()
+    assert report["task_restarts"] == 1  # the failure really happened, and Spark restarted the stage
+    np.testing.assert_allclose(retried.params["log_pi"], clean.params["log_pi"], atol=1e-12)
+    assert len(retried.history) == len(clean.history)
+
+
+def test_sweep_session_rejects_a_connection_without_its_secret(spark):
+    import socket
+
+    from crowdspark.engine.session import SweepSession, _frame, _receive
+    from crowdspark.engine.spark import _with_empty_state
+
+    blocks, enc = frames_to_blocks(pd.read_csv(DATA / "temp" / "labels.csv", dtype=str))
+    session = SweepSession(spark.sparkContext.parallelize(blocks, 1).map(_with_empty_state), "127.0.0.1")
+    try:
+        intruder = socket.create_connection(session.address)
+        intruder.sendall(_frame(("hello", "not-the-secret", 0, 10**9)))
+        with pytest.raises(EOFError):
+            _receive(intruder)  # closed by the driver without an answer
+        intruder.close()
+        model = DawidSkene(enc.n_workers, enc.n_classes)
+        stats = session.map_reduce(partial(_count_labels, model), None)
+        assert stats["n"] == sum(b.n_labels for b in blocks)
+    finally:
+        session.close()
+
+
+def _count_labels(model, block, state, value):
+    return state, {"n": block.n_labels}

@@ -132,6 +132,14 @@ def fit(
     -------
     FitResult
     """
+    engine.begin_sweeps(model.stateful)
+    try:
+        return _fit(model, engine, warm_start, checkpoint)
+    finally:
+        engine.end_sweeps()
+
+
+def _fit(model: Model, engine: Engine, warm_start: WarmStart | None, checkpoint: Checkpointer | None) -> FitResult:
     stateful = model.stateful
     saved = checkpoint.load() if checkpoint is not None else None
     if saved is not None:
@@ -192,7 +200,7 @@ def fit(
                 f"{model.name} did not converge: {result.stop_reason}. "
                 "Increase max_iter (e.g. --set <algorithm>.max_iter=...) or loosen tol."
             )
-            warnings.warn(message, ConvergenceWarning, stacklevel=2)
+            warnings.warn(message, ConvergenceWarning, stacklevel=3)  # the caller of fit()
             log.warning(message)
     result.params = params
     return result

@@ -34,6 +34,7 @@ from typing import Any
 from crowdspark.block import Block
 from crowdspark.engine.base import BlockFn, Engine, ItemFn
 from crowdspark.engine.resident import BlockHandle, forget, resolve, spill
+from crowdspark.engine.session import InjectedTaskFailure, SweepSession
 from crowdspark.models.base import State
 from crowdspark.stats import Stats, add_stats
 
@@ -100,10 +101,6 @@ def _joined(pair: tuple[str, tuple[Block, State]]) -> tuple[int, tuple[Block, St
     return (_BLOCK, pair[1])
 
 
-class InjectedTaskFailure(RuntimeError):
-    """Raised on purpose by ``engine.inject_task_failure`` (tests of task retries)."""
-
-
 def _fail_first_attempt(fn: BlockFn, block: Block, state: State, value: Any) -> tuple[State, Stats]:
     from pyspark import TaskContext
 
@@ -132,6 +129,14 @@ class SparkEngine(Engine):
         Stateful models truncate the lineage every this many sweeps.
     tree_depth : int
         Depth of ``treeAggregate``.
+    inject_task_failure : int
+        Test hook: the first attempt of partition 0 fails at this sweep (0 = off).
+    resident_blocks : {"auto", "on", "off"}
+        Keep blocks in the Python workers between jobs (:mod:`crowdspark.engine.resident`).
+    sweep_mode : {"auto", "session", "jobs"}
+        ``jobs``: one Spark job per sweep.  ``session``: all sweeps of a fit of a model without per-item
+        state in one barrier job (:mod:`crowdspark.engine.session`).  ``auto``: ``session`` on a local
+        master without dynamic allocation, else ``jobs``.
     """
 
     name = "spark"
@@ -144,6 +149,7 @@ class SparkEngine(Engine):
         tree_depth: int = 2,
         inject_task_failure: int = 0,
         resident_blocks: str = "auto",
+        sweep_mode: str = "auto",
     ) -> None:
         from pyspark import StorageLevel
 
@@ -156,6 +162,13 @@ class SparkEngine(Engine):
         self.resident = resident_blocks == "on" or (
             resident_blocks == "auto" and self.sc.master.startswith("local")
         )
+        dynamic = self.sc.getConf().get("spark.dynamicAllocation.enabled", "false").lower() == "true"
+        self.sessions = sweep_mode == "session" or (
+            sweep_mode == "auto" and self.sc.master.startswith("local") and not dynamic
+        )
+        self._session: SweepSession | None = None
+        self._sessions_run = 0
+        self._session_restarts = 0
         self._spill_dir = None
         if self.resident:
             root = self.sc.getConf().get("spark.local.dir", tempfile.gettempdir()).split(",")[0]
@@ -180,7 +193,34 @@ class SparkEngine(Engine):
     def _aggregate(self, rdd) -> Stats:
         return rdd.treeAggregate({}, add_stats, add_stats, depth=self.tree_depth)
 
+    def begin_sweeps(self, stateful: bool) -> bool:
+        """Start a sweep session (:mod:`crowdspark.engine.session`) for a model without per-item state."""
+        if stateful or not self.sessions or self._session is not None:
+            return False
+        tasks = max(1, min(self.n_partitions, self.sc.defaultParallelism))
+        # a barrier stage cannot narrow-coalesce its parent (SPARK-24820): more partitions than slots are
+        # regrouped by a shuffle of the cached elements (only small handles in resident mode)
+        rdd = self._current if tasks == self.n_partitions else self._current.coalesce(tasks, shuffle=True)
+        host = self.sc.getConf().get("spark.driver.host", "127.0.0.1")
+        self._session = SweepSession(rdd, host, inject_task_failure=self.inject_task_failure)
+        self._sessions_run += 1
+        return True
+
+    def end_sweeps(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            session.close()
+            self._session_restarts += session.restarts
+
+    def session_report(self) -> dict[str, Any]:
+        """For run summaries: whether sessions are on, how many ran, how often Spark restarted their tasks."""
+        return {"enabled": self.sessions, "sessions": self._sessions_run, "task_restarts": self._session_restarts}
+
     def map_reduce(self, fn: BlockFn, value: Any, *, stateful: bool, sweep: int = 0) -> Stats:
+        if self._session is not None:
+            if not stateful:
+                return self._session.map_reduce(fn, value, sweep)
+            self.end_sweeps()  # the session's tasks hold every slot: no other job could run
         if self.inject_task_failure and sweep == self.inject_task_failure:
             fn = partial(_fail_first_attempt, fn)
         broadcast = self.sc.broadcast(value)
@@ -230,10 +270,12 @@ class SparkEngine(Engine):
 
     def save_states(self, path: str) -> None:
         """Write ``(first item id, state)`` of every block with ``saveAsPickleFile``."""
+        self.end_sweeps()
         self._current.map(_keyed_state).saveAsPickleFile(path)
 
     def load_states(self, path: str) -> None:
         """Join saved states onto the cached blocks by each block's first item id (one shuffle)."""
+        self.end_sweeps()
         states = self.sc.pickleFile(path)
         restored = self._base.map(_keyed_block).join(states).map(_joined).persist(self._storage)
         restored.localCheckpoint()
@@ -247,12 +289,14 @@ class SparkEngine(Engine):
 
         The broadcast of ``value`` is kept until :meth:`close`, because the RDD is evaluated lazily.
         """
+        self.end_sweeps()
         broadcast = self.sc.broadcast(value)
         self._pending_broadcasts.append(broadcast)
         return self._current.mapPartitions(partial(_items_partition, fn, broadcast))
 
     def close(self) -> None:
         """Unpersist every cached RDD and destroy every broadcast."""
+        self.end_sweeps()
         for rdd in self._uncheckpointed:
             rdd.unpersist(blocking=False)
         if self._anchor is not self._base:
