@@ -88,8 +88,11 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
 
 
 def _report(summary: dict, output: str) -> str:
+    engine = summary["engine"]
+    if summary.get("small_input"):
+        engine += f" (small input: {summary['small_input']['input_bytes']:,} bytes collected from Spark)"
     parts = [
-        f"{summary['algorithm']} on {summary['engine']}: {summary['counts']['items']} items, "
+        f"{summary['algorithm']} on {engine}: {summary['counts']['items']} items, "
         f"{summary['counts']['workers']} workers, {summary['counts']['labels']} labels",
         f"iterations {summary['iterations']} (converged: {summary['converged']})",
     ]

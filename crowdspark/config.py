@@ -104,7 +104,9 @@ class EngineConfig:
     :mod:`crowdspark.engine.resident`).  ``sweep_mode``: ``session`` runs all sweeps of a model without
     per-item state (mv, ds, dds) in one barrier job whose tasks exchange statistics with the driver over
     TCP, ``jobs`` runs one Spark job per sweep, ``auto`` = ``session`` on a local master without dynamic
-    allocation (see :mod:`crowdspark.engine.session`).
+    allocation (see :mod:`crowdspark.engine.session`).  ``small_input_bytes``: a Spark run whose input
+    files total fewer bytes (and that has no ``input.filter``) collects the labels to the driver and fits
+    them with the local engine, which gives the same answers; ``0`` always distributes.
     """
 
     name: str = "spark"
@@ -117,10 +119,12 @@ class EngineConfig:
     inject_task_failure: int = 0
     resident_blocks: str = "auto"
     sweep_mode: str = "auto"
+    small_input_bytes: int = 32 * 1024 * 1024
 
     def __post_init__(self) -> None:
         check_choice("engine.resident_blocks", self.resident_blocks, ("auto", "on", "off"))
         check_choice("engine.sweep_mode", self.sweep_mode, ("auto", "session", "jobs"))
+        check_int("engine.small_input_bytes", self.small_input_bytes, minimum=0)
         check_int("engine.checkpoint_every", self.checkpoint_every, minimum=0)
         check_int("engine.inject_task_failure", self.inject_task_failure, minimum=0)
         if not isinstance(self.checkpoint_dir, str):

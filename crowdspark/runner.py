@@ -21,7 +21,7 @@ from crowdspark.algorithms import build_model, hyperparameters, level_chooser
 from crowdspark.block import Block, build_blocks
 from crowdspark.config import RunConfig
 from crowdspark.errors import ConfigError, InputError
-from crowdspark.data import encode_rows, prepare_gold, prepare_labels, read_frame
+from crowdspark.data import encode_rows, is_local, prepare_gold, prepare_labels, read_frame
 from crowdspark.engine.base import Engine
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.checkpoint import Checkpointer
@@ -575,6 +575,9 @@ def _aggregate_spark(
     timer = Timer()
     raw = read_spark_frame(spark, labels_path, config.input.format, "labels")
     gold_raw = read_spark_frame(spark, gold_path, config.gold.format, "gold") if gold_path else None
+    small = _small_input(spark, config, raw)
+    if small is not None:
+        return _aggregate_small(spark, config, raw, gold_raw, labels_path, gold_path, output_dir, options, small)
     timer.lap("read")
     run = fit_spark_frames(spark, config, raw, gold_raw, labels_path, gold_path, timer, options)
     summary = run.summary
@@ -595,6 +598,53 @@ def _aggregate_spark(
     return RunResult(summary=summary)
 
 
+def _small_input(spark, config: RunConfig, raw) -> dict[str, int] | None:
+    """``{"input_bytes", "threshold"}`` when the labels are small enough for the driver, else ``None``."""
+    from crowdspark.spark_data import input_bytes
+
+    threshold = config.engine.small_input_bytes
+    if not threshold or config.input.filter:
+        return None
+    size = input_bytes(spark, raw, threshold)
+    if size is None or size >= threshold:
+        return None
+    return {"input_bytes": size, "threshold": threshold}
+
+
+def _aggregate_small(
+    spark, config: RunConfig, raw, gold_raw, labels_path: str, gold_path: str | None, output_dir: str | None,
+    options: RunOptions, small: dict[str, int],
+) -> RunResult:
+    """A Spark run on small input: collect the labels (one job) and run the local engine on the driver."""
+    from crowdspark.spark_data import to_pandas_strings
+
+    log.info(
+        "input is %d bytes (< engine.small_input_bytes = %d): collecting it to the driver and fitting with the "
+        "local engine (set engine.small_input_bytes=0 to distribute)", small["input_bytes"], small["threshold"],
+    )
+    start = time.perf_counter()
+    labels = to_pandas_strings(raw)
+    gold = to_pandas_strings(gold_raw) if gold_raw is not None else None
+    read_seconds = round(time.perf_counter() - start, 4)
+    run = aggregate_frames(config, labels, gold, labels_path, gold_path or "<none>", options)
+    run.summary["timings"] = {"read": read_seconds, **run.summary["timings"]}
+    run.summary["small_input"] = small
+    if output_dir is not None:
+        start = time.perf_counter()
+        with StagedOutput(output_dir, spark) as out:
+            if is_local(output_dir):
+                write_frame_local(run.items, out.path("items"), config.output.format)
+                write_frame_local(run.workers, out.path("workers"), config.output.format)
+            else:
+                _write_spark_frames(spark.createDataFrame(run.items, item_schema(run.model)),
+                                    spark.createDataFrame(run.workers), config.output.format, out)
+            _write_model(out, config, run.model, run.params, run.encoding)
+            run.summary["timings"]["write"] = round(time.perf_counter() - start, 4)
+            out.write_json("summary.json", run.summary)
+            out.commit()
+    return run
+
+
 def _write_model(out: StagedOutput, config: RunConfig, model: Model, params: Any, encoding) -> None:
     """``model/``: what a later run needs to warm start (see :mod:`crowdspark.persist`)."""
     document = model_document(config.algorithm, _model_parameters(model), encoding.classes, encoding.workers)
@@ -603,8 +653,10 @@ def _write_model(out: StagedOutput, config: RunConfig, model: Model, params: Any
 
 
 def _write_spark_tables(spark, run: SparkFit, fmt: str, out: StagedOutput) -> None:
-    items = run.items(spark)
-    workers = spark.createDataFrame(run.workers)
+    _write_spark_frames(run.items(spark), spark.createDataFrame(run.workers), fmt, out)
+
+
+def _write_spark_frames(items, workers, fmt: str, out: StagedOutput) -> None:
     if fmt == "csv":
         _arrays_to_json(items).write.mode("overwrite").option("header", "true").csv(out.path("items"))
         _arrays_to_json(workers).coalesce(1).write.mode("overwrite").option("header", "true").csv(out.path("workers"))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
+import pandas as pd
 
 from crowdspark.block import Block
 from crowdspark.config import GoldConfig, InputConfig
@@ -38,7 +39,10 @@ from crowdspark.data import (
 )
 from crowdspark.errors import InputError
 
-__all__ = ["read_spark_frame", "SparkLabels", "prepare_labels_spark", "prepare_gold_spark", "block_rdd"]
+__all__ = [
+    "read_spark_frame", "SparkLabels", "prepare_labels_spark", "prepare_gold_spark", "block_rdd", "input_bytes",
+    "to_pandas_strings",
+]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +65,40 @@ def read_spark_frame(spark, path: str, fmt: str, what: str):
         return reader.load(path)
     except AnalysisException as exc:
         raise InputError(f"cannot read {what} at {path!r} as {fmt}: {exc}") from exc
+
+
+def input_bytes(spark, frame, limit: int) -> int | None:
+    """Total size of the files behind ``frame``, from the filesystem's listing (no Spark job).
+
+    Stops counting once the total exceeds ``limit`` (or after 1000 files) and returns what it has then.
+    ``None`` when the frame has no input files (built in memory) or a file cannot be listed.
+    """
+    try:
+        files = frame.inputFiles()
+    except Exception:  # noqa: BLE001 - a plan without file sources
+        return None
+    if not files:
+        return None
+    jvm = spark.sparkContext._jvm
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    total = 0
+    for count, name in enumerate(files):
+        if total > limit or count >= 1000:
+            return max(total, limit + 1)
+        try:
+            path = jvm.org.apache.hadoop.fs.Path(name)
+            total += int(path.getFileSystem(hadoop).getFileStatus(path).getLen())
+        except Exception:  # noqa: BLE001 - unreadable listing: do not guess
+            return None
+    return total
+
+
+def to_pandas_strings(frame) -> pd.DataFrame:
+    """Collect ``frame`` to the driver with every column cast to string (nulls stay missing), as the
+    pandas readers of :mod:`crowdspark.data` return it."""
+    from pyspark.sql import functions as F
+
+    return frame.select(*[F.col(f"`{c}`").cast("string").alias(c) for c in frame.columns]).toPandas()
 
 
 @dataclass(frozen=True)

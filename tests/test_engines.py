@@ -57,7 +57,8 @@ def read_items(path):
 
 def run_engine(spark, engine, labels, gold, out, algorithm="ds", partitions=0, extra=()):
     config = load_config(
-        overrides=[f"engine.partitions={partitions}", *extra], algorithm=algorithm, engine_name=engine, seed=11
+        overrides=[f"engine.partitions={partitions}", "engine.small_input_bytes=0", *extra], algorithm=algorithm,
+        engine_name=engine, seed=11,
     )
     return aggregate(config, labels, str(out), gold_path=gold, spark=spark).summary
 
@@ -248,3 +249,30 @@ def test_sweep_session_rejects_a_connection_without_its_secret(spark):
 
 def _count_labels(model, block, state, value):
     return state, {"n": block.n_labels}
+
+
+def test_small_input_is_collected_and_gives_the_distributed_answer(spark, tmp_path):
+    labels, gold = str(DATA / "rte" / "labels.csv"), str(DATA / "rte" / "truth.csv")
+    small = load_config(algorithm="ds", engine_name="spark", seed=11)
+    distributed = load_config(overrides=["engine.small_input_bytes=0"], algorithm="ds", engine_name="spark", seed=11)
+    s_small = aggregate(small, labels, str(tmp_path / "small"), gold_path=gold, spark=spark).summary
+    s_dist = aggregate(distributed, labels, str(tmp_path / "dist"), gold_path=gold, spark=spark).summary
+    assert s_small["small_input"] == {"input_bytes": (DATA / "rte" / "labels.csv").stat().st_size,
+                                      "threshold": small.engine.small_input_bytes}
+    assert s_small["engine"] == "local" and s_dist["engine"] == "spark" and "small_input" not in s_dist
+    assert s_small["counts"] == s_dist["counts"] and s_small["metrics"] == pytest.approx(s_dist["metrics"])
+    a, b = read_items(str(tmp_path / "small")), read_items(str(tmp_path / "dist"))
+    assert (a["label"] == b["label"]).all()
+    np.testing.assert_allclose(np.stack(a["posterior"]), np.stack(b["posterior"]), atol=1e-9)
+    # a filter always distributes (the size of a partitioned lake says nothing about the filtered rows)
+    filtered = load_config(overrides=["input.filter=label = '1' or label = '0'"], algorithm="ds",
+                           engine_name="spark", seed=11)
+    assert "small_input" not in aggregate(filtered, labels, None, spark=spark).summary
+
+
+def test_input_bytes_is_unknown_for_frames_built_in_memory(spark):
+    from crowdspark.spark_data import input_bytes
+
+    assert input_bytes(spark, spark.createDataFrame(pd.DataFrame({"a": [1]})), 10) is None
+    frame = spark.read.option("header", "true").csv(str(DATA / "temp" / "labels.csv"))
+    assert input_bytes(spark, frame, 1) == (DATA / "temp" / "labels.csv").stat().st_size

@@ -115,6 +115,8 @@ def assert_same_items(got: pd.DataFrame, want: pd.DataFrame) -> None:
 
 def cli_config(algorithm: str, engine: str):
     overrides = [f"{algorithm}.{key}={value}" for key, value in CASES[algorithm].items()]
+    if engine == "spark":
+        overrides.append("engine.small_input_bytes=0")  # the distributed engine, not the small-input path
     return load_config(overrides=overrides, algorithm=algorithm, engine_name=engine, seed=SEED)
 
 

@@ -108,7 +108,7 @@ def _kill_at(monkeypatch, sweep_to_die):
 def test_resume_after_a_killed_driver_equals_an_uninterrupted_run(request, tmp_path, monkeypatch, engine, algorithm):
     spark = request.getfixturevalue("spark") if engine == "spark" else None
     chain = [f"{algorithm}.burn_in=6", f"{algorithm}.n_samples=8"] if algorithm == "idbla" else ["ds.tol=0", "ds.max_iter=14"]
-    base = [*chain, "engine.partitions=3", "engine.checkpoint_interval=3"]
+    base = [*chain, "engine.partitions=3", "engine.checkpoint_interval=3", "engine.small_input_bytes=0"]
     with_cp = [*base, f"engine.checkpoint_dir={tmp_path / 'cp'}", "engine.checkpoint_every=5"]
     clean = load_config(overrides=base, algorithm=algorithm, engine_name=engine, seed=4)
     aggregate(clean, *TEMP[:1], str(tmp_path / "clean"), gold_path=TEMP[1], spark=spark)
@@ -143,8 +143,9 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path, monkeypatch):
 @pytest.mark.parametrize("algorithm", ["ds", "idbla"])
 def test_a_retried_task_does_not_change_the_result(spark, tmp_path, algorithm):
     chain = ["idbla.burn_in=4", "idbla.n_samples=4"] if algorithm == "idbla" else []
-    clean = load_config(overrides=[*chain, "engine.partitions=2"], algorithm=algorithm, engine_name="spark")
-    failing = load_config(overrides=[*chain, "engine.partitions=2", "engine.inject_task_failure=3"], algorithm=algorithm, engine_name="spark")
+    chain = [*chain, "engine.partitions=2", "engine.small_input_bytes=0"]
+    clean = load_config(overrides=chain, algorithm=algorithm, engine_name="spark")
+    failing = load_config(overrides=[*chain, "engine.inject_task_failure=3"], algorithm=algorithm, engine_name="spark")
     aggregate(clean, TEMP[0], str(tmp_path / "clean"), spark=spark)
     aggregate(failing, TEMP[0], str(tmp_path / "retried"), spark=spark)
     assert_same_items(items(tmp_path / "retried"), items(tmp_path / "clean"))

@@ -22,7 +22,9 @@ def run(request, tmp_path):
     session = request.getfixturevalue("spark") if engine == "spark" else None
 
     def _run(labels, gold=None, overrides=(), algorithm="ds"):
-        config = load_config(overrides=list(overrides), algorithm=algorithm, engine_name=engine)
+        # the Spark readers and validation, not the small-input path (which uses the pandas ones)
+        distribute = ["engine.small_input_bytes=0"] if engine == "spark" else []
+        config = load_config(overrides=[*distribute, *overrides], algorithm=algorithm, engine_name=engine)
         return aggregate(config, str(labels), None, gold_path=None if gold is None else str(gold), spark=session).summary
 
     return _run
