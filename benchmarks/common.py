@@ -40,12 +40,17 @@ def spark_session(master: str = "local[2]"):
     return spark
 
 
-def ds_dataset(spark, n_labels: int, labels_per_item: int = 10, n_classes: int = 5, seed: int = 0) -> str:
-    """Path of a synthetic Dawid-Skene Parquet dataset with ``n_labels`` labels (generated once)."""
+def ds_dataset(
+    spark, n_labels: int, labels_per_item: int = 10, n_classes: int = 5, seed: int = 0, n_workers: int = 0
+) -> str:
+    """Path of a synthetic Dawid-Skene Parquet dataset with ``n_labels`` labels (generated once).
+
+    ``n_workers = 0``: one worker per 100 items, between 1k and 100k.
+    """
     from crowdspark.synthetic import write_parquet
 
     n_items = n_labels // labels_per_item
-    n_workers = int(min(100_000, max(1_000, n_items // 100)))
+    n_workers = n_workers or int(min(100_000, max(1_000, n_items // 100)))
     path = DATA / f"ds-{n_labels}-k{n_workers}-c{n_classes}-s{seed}"
     if not (path / "_SUCCESS").exists():
         write_parquet(spark, str(path), "ds", n_items, n_workers, n_classes, labels_per_item, seed,

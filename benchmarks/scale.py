@@ -4,9 +4,10 @@
     .venv/bin/python -m benchmarks.scale --labels 1000000 10000000 100000000 --algorithms ds idbla-cvb0
 
 For each size (synthetic Dawid-Skene data, ~10 labels per item, 5 classes, 1k-100k workers, generated
-once under benchmarks/data/) and algorithm, runs ``spark-submit jobs/aggregate.py`` in a fresh process
+once under benchmarks/data/; ``--workers`` fixes the number of workers) and algorithm, runs ``spark-submit jobs/aggregate.py`` in a fresh process
 with ``--iterations`` iterations (tol 0) and records wall time, the phases of ``summary.json``, seconds per
-iteration and the driver Python process's peak memory (``summary.json`` ``memory``).  Writes a log-log
+iteration, the driver Python process's peak memory (``summary.json`` ``memory``) and the peak of the run's
+largest process (in local mode the JVM is driver and executor at once, so the two cannot be told apart).  Writes a log-log
 plot of time against labels to ``benchmarks/results/scaling.png`` when matplotlib is installed.
 """
 
@@ -42,11 +43,18 @@ def run(path: str, name: str, iterations: int, driver_memory: str) -> dict:
             str(Path(sys.executable).with_name("spark-submit")), "--master", "local[2]",
             "--driver-memory", driver_memory, str(ROOT / "jobs" / "aggregate.py"),
             "--labels", path, "--algorithm", name, *iteration_overrides(name, iterations),
+            "--set", "engine.small_input_bytes=0",  # the distributed engine at every size
             "--quiet", "--output", f"{tmp}/out",
         ]
+        # a wrapper process whose only children are spark-submit's: its RUSAGE_CHILDREN peak is the largest
+        # process of this run (the JVM, which in local mode is driver and executor, or a Python worker)
+        wrapper = ("import json, resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "
+                   "capture_output=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
         start = time.perf_counter()
-        subprocess.run(command, check=True, env=env, capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-c", wrapper, *command], check=True, env=env, capture_output=True,
+                              text=True)
         wall = time.perf_counter() - start
+        largest_mib = int(proc.stdout.strip().splitlines()[-1]) / 1024
         summary = json.loads(Path(f"{tmp}/out/summary.json").read_text())
     seconds = [h["seconds"] for h in summary["history"]]
     return {
@@ -54,6 +62,7 @@ def run(path: str, name: str, iterations: int, driver_memory: str) -> dict:
         "timings": summary["timings"],
         "iteration_s": float(np.median(seconds)) if seconds else float("nan"),
         "driver_python_peak_mib": summary["memory"]["driver_python_peak_mib"],
+        "largest_process_peak_mib": largest_mib,
         "items": summary["counts"]["items"],
         "workers": summary["counts"]["workers"],
     }
@@ -88,9 +97,13 @@ def main() -> None:
     parser.add_argument("--algorithms", nargs="+", default=["ds", "idbla-cvb0"])
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--driver-memory", default="8g")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="workers in every dataset (0 = one per 100 items, 1k-100k); a fixed number "
+                             "separates the driver's memory per item from its memory per worker")
+    parser.add_argument("--json", default="scale.json", help="file name under benchmarks/results/")
     args = parser.parse_args()
     spark = spark_session("local[2]")
-    paths = {n: ds_dataset(spark, n) for n in args.labels}
+    paths = {n: ds_dataset(spark, n, n_workers=args.workers) for n in args.labels}
     spark.stop()
     rows = []
     for n in args.labels:
@@ -101,16 +114,18 @@ def main() -> None:
                   f"driver python peak {result['driver_python_peak_mib']:.0f} MiB", flush=True)
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "scale.json").write_text(json.dumps(rows, indent=2))
-    plot(rows, out / "scaling.png")
+    (out / args.json).write_text(json.dumps(rows, indent=2))
+    plot(rows, out / Path(args.json).with_suffix(".png").name.replace("scale", "scaling"))
     print(f"\nmachine: {machine()}; date: {date.today()}; {args.iterations} iterations, Spark local[2]")
-    print("| labels | items | workers | algorithm | end to end (s) | read+validate+blocks (s) | s/iteration | write (s) | driver Python peak (MiB) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| labels | items | workers | algorithm | end to end (s) | read+validate+blocks (s) | s/iteration | write (s) "
+          "| driver Python peak (MiB) | largest process peak (MiB) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         t = r["timings"]
         prep = t.get("read", 0) + t.get("validate", 0) + t.get("blocks", 0)
         print(f"| {r['labels']:,} | {r['items']:,} | {r['workers']:,} | {r['algorithm']} | {r['wall_s']:.1f} | "
-              f"{prep:.1f} | {r['iteration_s']:.2f} | {t.get('write', 0):.1f} | {r['driver_python_peak_mib']:.0f} |")
+              f"{prep:.1f} | {r['iteration_s']:.2f} | {t.get('write', 0):.1f} | {r['driver_python_peak_mib']:.0f} | "
+              f"{r['largest_process_peak_mib']:.0f} |")
 
 
 if __name__ == "__main__":
