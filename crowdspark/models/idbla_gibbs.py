@@ -104,10 +104,20 @@ def draw_dirichlet(rng: np.random.Generator, concentration: np.ndarray) -> np.nd
 
 
 def _inverse_cdf(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Index drawn from each row of ``probs`` (n, D) with uniforms ``u`` (n,), int64 (n,)."""
-    cdf = np.cumsum(probs, axis=1)
-    idx = (cdf < u[:, None] * cdf[:, -1:]).sum(axis=1)
-    return np.minimum(idx, probs.shape[1] - 1)
+    """Index drawn from each row of ``probs`` (n, D) with uniforms ``u`` (n,), int64 (n,).
+
+    The index is the number of partial sums below ``u * total``; the partial sums are accumulated one
+    column at a time (columns are contiguous in the kernels' Fortran-ordered tables, and ``np.cumsum``
+    along short rows is several times slower).
+    """
+    n, D = probs.shape
+    target = u * probs.sum(axis=1)
+    running = np.zeros(n)
+    idx = np.zeros(n, dtype=np.int64)
+    for j in range(D - 1):
+        running += probs[:, j]
+        idx += running < target
+    return idx
 
 
 def collapsed_log_marginal(
@@ -325,11 +335,14 @@ class IdblaGibbs(IdblaInit):
         return params
 
     # ---- executors ----------------------------------------------------------------------------------------
-    def joint_log_table(self, block: Block, params: Any) -> np.ndarray:
-        """``log alpha_t + log beta_h + ll[i, h, t]``, shape (n, H, C)."""
-        log_pi = np.log(np.maximum(params["pi"], _TINY))
-        ll = label_loglik(block, log_pi)  # (n, H, C)
-        return ll + np.log(params["alpha"])[None, None, :] + np.log(params["beta"])[None, :, None]
+    def joint_log_table(self, block: Block, params: Any, log_pi: np.ndarray | None = None) -> np.ndarray:
+        """``log alpha_t + log beta_h + ll[i, h, t]``, shape (n, H, C) (``log_pi`` if already computed)."""
+        if log_pi is None:
+            log_pi = np.log(np.maximum(params["pi"], _TINY))
+        table = label_loglik(block, log_pi)  # (n, H, C), a new array
+        table += np.log(params["alpha"])[None, None, :]
+        table += np.log(params["beta"])[None, :, None]
+        return table
 
     def _draw(
         self, block: Block, state: dict[str, np.ndarray], table: np.ndarray, sweep: int,
@@ -361,7 +374,8 @@ class IdblaGibbs(IdblaInit):
         ``loglik`` and ``log_evidence`` (0-d).
         """
         assert state is not None
-        table = self.joint_log_table(block, params)
+        log_pi = np.log(np.maximum(params["pi"], _TINY))
+        table = self.joint_log_table(block, params, log_pi)
         n, H, C = table.shape
         joint, log_evidence = normalize_log(table.reshape(n, H * C), axis=1)
         joint = joint.reshape(n, H, C)
@@ -375,7 +389,6 @@ class IdblaGibbs(IdblaInit):
         stats = level_counts(block, T, Q, self.n_workers, self.n_classes, self.n_levels)
         # log p(L | pi, T, Q) of the block: a sum over labels of log pi[k, Q_i, T_i, c], i.e. the sampled
         # counts times log pi (sized by K, H, C instead of by labels)
-        log_pi = np.log(np.maximum(params["pi"], _TINY))
         stats["loglik"] = np.array(float((stats["counts"] * log_pi).sum()))
         stats["log_evidence"] = np.array(float(log_evidence.sum()))
         return new, stats

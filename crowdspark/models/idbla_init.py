@@ -57,11 +57,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-import scipy.sparse as sp
 
 from crowdspark.block import Block
 from crowdspark.models.base import Model, State
-from crowdspark.models.common import incidence, normalize_rows, per_item_sum
+from crowdspark.models.common import label_cells, normalize_rows, per_item_sum, per_label
 from crowdspark.models.majority_vote import majority_labels
 from crowdspark.rng import uniforms
 from crowdspark.stats import Stats
@@ -208,15 +207,14 @@ def level_counts(block: Block, T: np.ndarray, Q: np.ndarray, n_workers: int, n_c
     dict with ``counts`` (K, H, C, C) = ``N_l(k, h, t, c)``, ``classes`` (C,) = ``N_t``,
     ``levels`` (H,) = ``N_q``
     """
-    # incidence (K*C, n) times the one-hot of (Q_i, T_i) per item (n, H*C): counts[k*C + c, h*C + t]
-    n = block.n_items
-    onehot = sp.csr_matrix(
-        (np.ones(n), Q.astype(np.int64) * n_classes + T, np.arange(n + 1)), shape=(n, n_levels * n_classes)
-    )
-    flat = (incidence(block, n_workers, n_classes) @ onehot).toarray()
-    counts = flat.reshape(n_workers, n_classes, n_levels, n_classes).transpose(0, 2, 3, 1)
+    # one bincount over the labels of the flat index ((k * H + Q_i) * C + T_i) * C + c (a sparse product
+    # with the one-hot of (Q, T) measured 2.7x slower)
+    C = n_classes
+    item_cell = (Q.astype(np.int64) * C + T) * C  # (n,)
+    index = label_cells(block, n_levels * C * C) + per_label(block, item_cell)
+    counts = np.bincount(index, minlength=n_workers * n_levels * C * C).astype(np.float64)
     return {
-        "counts": np.ascontiguousarray(counts),
+        "counts": counts.reshape(n_workers, n_levels, C, C),
         "classes": np.bincount(T, minlength=n_classes).astype(np.float64),
         "levels": np.bincount(Q, minlength=n_levels).astype(np.float64),
     }
