@@ -40,7 +40,7 @@ def local_iteration(path: str, iterations: int) -> dict:
     return {"setup_s": setup, "iteration_s": median(seconds), "iterations": seconds}
 
 
-def spark_iteration(spark, path: str, iterations: int, partitions: int, sweep_mode: str) -> dict:
+def spark_iteration(spark, path: str, iterations: int, partitions: int, sweep_mode: str = "auto") -> dict:
     start = time.perf_counter()
     labels = prepare_labels_spark(read_spark_frame(spark, path, "parquet", "labels"), InputConfig(), path)
     engine = SparkEngine(block_rdd(labels, None, partitions, 2_000_000), sweep_mode=sweep_mode)

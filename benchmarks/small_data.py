@@ -6,7 +6,9 @@
 Runs ``spark-submit jobs/aggregate.py`` with Dawid-Skene on the bundled RTE data in a fresh process
 (JVM start-up, reading, validation, fitting and writing included) ``--repeat`` times, and reports the wall
 time and the median seconds per EM iteration from each run's ``summary.json``, next to the same command
-on the local engine (``--engine local``, no Spark).
+on the local engine (``--engine local``, no Spark).  The Spark command runs twice: with the defaults (RTE is
+below ``engine.small_input_bytes``, so Spark reads it and the driver fits it) and distributed
+(``engine.small_input_bytes=0``: Spark validation, blocks, and the sweep session on two tasks).
 """
 
 from __future__ import annotations
@@ -44,8 +46,14 @@ def main() -> None:
     bin_dir = Path(sys.executable).parent
     spark_cmd = [str(bin_dir / "spark-submit"), "--master", "local[2]", str(ROOT / "jobs/aggregate.py"), *RTE, "--algorithm", "ds"]
     local_cmd = [str(bin_dir / "crowdspark"), "aggregate", *RTE, "--algorithm", "ds", "--engine", "local"]
+    commands = (
+        ("spark-submit, local[2] (defaults: small-input path)", spark_cmd),
+        ("spark-submit, local[2], distributed (engine.small_input_bytes=0)",
+         [*spark_cmd, "--set", "engine.small_input_bytes=0"]),
+        ("crowdspark --engine local", local_cmd),
+    )
     rows = []
-    for name, command in (("spark-submit, local[2]", spark_cmd), ("crowdspark --engine local", local_cmd)):
+    for name, command in commands:
         for _ in range(args.repeat):
             wall, summary = run(command)
             per_iter = float(np.median([h["seconds"] for h in summary["history"]]))

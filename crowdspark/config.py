@@ -101,9 +101,9 @@ class EngineConfig:
     (0 = off).  ``inject_task_failure``: test-only; the first attempt of partition 0 fails at that sweep
     (0 = off), to show that a retried task does not change the result.  ``resident_blocks``: keep the
     blocks in the Python workers between sweeps (``auto`` = on a local master; see
-    :mod:`crowdspark.engine.resident`).  ``sweep_mode``: ``session`` runs all sweeps of a model without
-    per-item state (mv, ds, dds) in one barrier job whose tasks exchange statistics with the driver over
-    TCP, ``jobs`` runs one Spark job per sweep, ``auto`` = ``session`` on a local master without dynamic
+    :mod:`crowdspark.engine.resident`).  ``sweep_mode``: ``session`` runs a fit's sweeps in barrier jobs whose
+    tasks keep their blocks (and per-item states) and exchange statistics with the driver over TCP,
+    ``jobs`` runs one Spark job per sweep, ``auto`` = ``session`` on a local master without dynamic
     allocation (see :mod:`crowdspark.engine.session`).  ``small_input_bytes``: a Spark run whose input
     files total fewer bytes (and that has no ``input.filter``) collects the labels to the driver and fits
     them with the local engine, which gives the same answers; ``0`` always distributes.
@@ -119,7 +119,7 @@ class EngineConfig:
     inject_task_failure: int = 0
     resident_blocks: str = "auto"
     sweep_mode: str = "auto"
-    small_input_bytes: int = 32 * 1024 * 1024
+    small_input_bytes: int = 8 * 1024 * 1024
 
     def __post_init__(self) -> None:
         check_choice("engine.resident_blocks", self.resident_blocks, ("auto", "on", "off"))

@@ -120,23 +120,27 @@ class DampedEM(DawidSkene):
         return ItemResult(posterior=state["post"], label=state["post"].argmax(1).astype(np.int32))
 
 
-def test_stateful_models_survive_lineage_truncation(spark):
+def _damped_em_local_and_spark(spark, max_iter: int, **engine_options):
+    """DampedEM fitted on the local engine and on the Spark engine (3 partitions); results per item."""
+    import pickle
+
     from crowdspark.engine.spark import SparkEngine
 
     blocks, enc = frames_to_blocks(pd.read_csv(DATA / "rte" / "labels.csv", dtype=str), max_labels=1000)
-    model = DampedEM(enc.n_workers, enc.n_classes, max_iter=7, tol=0.0)
+    model = DampedEM(enc.n_workers, enc.n_classes, max_iter=max_iter, tol=0.0)
     local = LocalEngine(blocks)
     with pytest.warns(UserWarning):
         r_local = fit(model, local)
     res_local = local.map_items(partial(finish_fn, model), r_local.params)
-    engine = SparkEngine(spark.sparkContext.parallelize(blocks, 3), checkpoint_interval=2)
-    with pytest.warns(UserWarning):
-        r_spark = fit(model, engine)
-    blobs = engine.item_blobs(partial(finish_fn, model), r_spark.params).collect()
-    import pickle
-
+    engine = SparkEngine(spark.sparkContext.parallelize(blocks, 3), **engine_options)
+    try:
+        with pytest.warns(UserWarning):
+            r_spark = fit(model, engine)
+        blobs = engine.item_blobs(partial(finish_fn, model), r_spark.params).collect()
+        report = engine.session_report()
+    finally:
+        engine.close()
     res_spark = [pickle.loads(b[0]) for b in blobs]
-    engine.close()
     _, l1, p1 = by_item(res_local)
     _, l2, p2 = by_item(res_spark)
     np.testing.assert_array_equal(l1, l2)
@@ -144,6 +148,12 @@ def test_stateful_models_survive_lineage_truncation(spark):
     np.testing.assert_allclose(
         [h["objective"] for h in r_local.history], [h["objective"] for h in r_spark.history], atol=1e-12
     )
+    return report
+
+
+def test_stateful_models_survive_lineage_truncation(spark):
+    report = _damped_em_local_and_spark(spark, 7, checkpoint_interval=2, sweep_mode="jobs")
+    assert report["sessions"] == 0
 
 
 SHORT_CHAIN = ["{alg}.burn_in=10", "{alg}.n_samples=10"]
@@ -268,6 +278,9 @@ def test_small_input_is_collected_and_gives_the_distributed_answer(spark, tmp_pa
     filtered = load_config(overrides=["input.filter=label = '1' or label = '0'"], algorithm="ds",
                            engine_name="spark", seed=11)
     assert "small_input" not in aggregate(filtered, labels, None, spark=spark).summary
+    # input above the threshold is distributed
+    above = load_config(overrides=["engine.small_input_bytes=100000"], algorithm="mv", engine_name="spark")
+    assert aggregate(above, labels, None, spark=spark).summary["engine"] == "spark"
 
 
 def test_input_bytes_is_unknown_for_frames_built_in_memory(spark):
@@ -276,3 +289,12 @@ def test_input_bytes_is_unknown_for_frames_built_in_memory(spark):
     assert input_bytes(spark, spark.createDataFrame(pd.DataFrame({"a": [1]})), 10) is None
     frame = spark.read.option("header", "true").csv(str(DATA / "temp" / "labels.csv"))
     assert input_bytes(spark, frame, 1) == (DATA / "temp" / "labels.csv").stat().st_size
+
+
+@pytest.mark.parametrize("inject", [0, 5])
+def test_stateful_sessions_roll_over_replay_after_a_failure_and_equal_the_local_engine(spark, inject):
+    report = _damped_em_local_and_spark(
+        spark, 9, checkpoint_interval=4, sweep_mode="session", inject_task_failure=inject
+    )
+    # 10 requests (the initialization and 9 sweeps), at most 4 per session
+    assert report == {"enabled": True, "sessions": 3, "task_restarts": int(bool(inject))}

@@ -15,14 +15,19 @@ blocks in memory and serve the driver's sweeps:
 4. at the end the driver sends ``stop`` and the job finishes.
 
 This is the pattern of XGBoost's and Horovod's Spark integrations (barrier stage + a tracker on the
-driver).  It applies to models without per-item state (Dawid-Skene, difficulty Dawid-Skene): their tasks
-can be restarted at any sweep without losing anything.  Spark's own ``BarrierTaskContext.allGather`` was
-measured first and rejected: about 1 s per call (its JVM side polls once a second).
+driver).  Models with per-item state (samplers, collapsed VI) keep their states in the tasks during a
+session; when it ends, the tasks return the blocks with their final states, which the session's own job
+caches and locally checkpoints, so the engine's RDD of states moves on without lineage back through the
+session.  Spark's own ``BarrierTaskContext.allGather`` was measured first and rejected: about 1 s per call
+(its JVM side polls once a second).
 
 **Failures.**  If a task fails, Spark kills its siblings and resubmits the whole barrier stage; the new
 tasks connect again (their task attempt ids are higher than any seen before the failure) and the driver
-sends the interrupted sweep again.  Sweeps are pure functions of the blocks and the parameters, so the
-retried sweep gives the same statistics.  If the job fails for good, the driver raises its error.
+sends the interrupted sweep again.  Sweeps are pure functions of the blocks, the states and the parameters
+(randomness comes from (seed, sweep, item key)), so the retried sweep gives the same statistics.  Restarted
+tasks of a stateful session hold the states the session began with: the driver keeps the session's
+requests and replays them first (which is why stateful sessions end every ``checkpoint_interval`` sweeps,
+or earlier when the kept requests pass 256 MiB).  If the job fails for good, the driver raises its error.
 
 **Where it runs.**  Tasks must reach the driver's Python process on a TCP port: always true on a local
 master, and on clusters where executors can connect to ``spark.driver.host``.  Barrier mode also needs a
@@ -92,13 +97,26 @@ def _receive(sock: socket.socket) -> Any:
 # ---------------------------------------------------------------------------------------------- task side
 
 
-def _session_task(address: tuple[str, int], secret: str, elements: Iterator) -> Iterator[tuple[int, int]]:
-    """Body of one barrier task: hold the partition's blocks, serve sweeps until ``stop``."""
+def _session_task(address: tuple[str, int], secret: str, stateful: bool, elements: Iterator) -> Iterator:
+    """Body of one barrier task: hold the partition's blocks, serve sweeps until ``stop``.
+
+    Yields ``(0, sweeps served)`` for a stateless session, and the partition's elements
+    ``(0, (block or handle, state))`` with their final states for a stateful one.
+    """
     from pyspark import BarrierTaskContext
 
     context = BarrierTaskContext.get()
-    blocks = [(resolve(block), state) for tag, (block, state) in elements if tag == 0]
-    sock = socket.create_connection(address)
+    held = [element for tag, element in elements if tag == 0]
+    blocks = [resolve(block) for block, _ in held]
+    states = [state for _, state in held]
+    try:
+        sock = socket.create_connection(address)
+    except OSError as error:
+        raise SessionError(
+            f"cannot reach the driver's sweep session at {address[0]}:{address[1]} ({error}); the session has "
+            "ended (a cached sweep was recomputed after it) or executors cannot connect to the driver's host: "
+            "set engine.sweep_mode=jobs"
+        ) from error
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.sendall(_frame(("hello", secret, context.partitionId(), context.taskAttemptId())))
@@ -114,8 +132,11 @@ def _session_task(address: tuple[str, int], secret: str, elements: Iterator) -> 
                         "injected failure of the first attempt of partition 0 (engine.inject_task_failure)"
                     )
                 total: Stats = {}
-                for block, state in blocks:
-                    total = add_stats(total, fn(block, state, value)[1])
+                for j, block in enumerate(blocks):
+                    state, stats = fn(block, states[j], value)
+                    if stateful:
+                        states[j] = state
+                    total = add_stats(total, stats)
             except BaseException:
                 sock.sendall(_frame(("error", request, traceback.format_exc())))
                 raise
@@ -123,10 +144,18 @@ def _session_task(address: tuple[str, int], secret: str, elements: Iterator) -> 
             served += 1
     finally:
         sock.close()
-    yield (0, served)
+    if not stateful:
+        yield (0, served)
+        return
+    for (block, _), state in zip(held, states):
+        yield (0, (block, state))  # the handle (or block) as it came, with its final state
 
 
 # -------------------------------------------------------------------------------------------- driver side
+
+
+def _one(element: Any) -> tuple[int, int]:
+    return (0, 1)
 
 
 def _stop(sock: socket.socket) -> None:
@@ -139,6 +168,12 @@ def _stop(sock: socket.socket) -> None:
 class SweepSession:
     """The driver's side of a session: a TCP server, the barrier job, and ``map_reduce`` over them.
 
+    With ``stateful``, tasks keep the states their block function returns, and :attr:`result` (after
+    :meth:`close`) is the RDD of the elements with their final states, cached and locally checkpointed
+    by the session's own job.  The driver keeps every request of the session: tasks restarted by Spark
+    start again from the states the session began with, so the driver replays the earlier sweeps to them
+    (discarding the repeated statistics) before it resends the interrupted one.
+
     Parameters
     ----------
     rdd : pyspark.RDD
@@ -146,11 +181,14 @@ class SweepSession:
         session has tasks.
     host : str
         Address the tasks connect to (the driver's host).
+    stateful : bool
+    storage : pyspark.StorageLevel, optional
+        Storage of :attr:`result` (stateful sessions).
     inject_task_failure : int
         Test hook: partition 0 fails the first time it serves this sweep (0 = off).
     """
 
-    def __init__(self, rdd, host: str, *, inject_task_failure: int = 0) -> None:
+    def __init__(self, rdd, host: str, *, stateful: bool = False, storage=None, inject_task_failure: int = 0) -> None:
         self.n_tasks = rdd.getNumPartitions()
         self.inject_task_failure = inject_task_failure
         self._secret = secrets.token_hex(16)
@@ -167,13 +205,23 @@ class SweepSession:
         self._injected = False
         self._stopping = False
         self._request = 0
+        self._replay: list[bytes] = []  # stateful: the requests served so far, in order
+        self._replay_due = False
+        self.stateful = stateful
+        self.served = 0
         self.restarts = 0
+        self.result = None
         self._acceptor = threading.Thread(target=self._accept, name="crowdspark-session-accept", daemon=True)
         self._acceptor.start()
-        task = partial(_session_task, self.address, self._secret)
+        task = partial(_session_task, self.address, self._secret, stateful)
+        barrier = rdd.barrier().mapPartitions(task, preservesPartitioning=True)
+        if stateful:
+            barrier.persist(storage)
+            barrier.localCheckpoint()  # materialized by the session's job; never recomputed afterwards
+            self.result = barrier
+            barrier = barrier.map(_one)
         self._job = threading.Thread(
-            target=self._run_job, args=(rdd.barrier().mapPartitions(task),), name="crowdspark-session-job",
-            daemon=True,
+            target=self._run_job, args=(barrier,), name="crowdspark-session-job", daemon=True,
         )
         self._job.start()
         log.info("spark engine: session of %d barrier tasks, driver at %s:%d", self.n_tasks, *self.address)
@@ -251,6 +299,12 @@ class SweepSession:
             self._connections.clear()
             self._min_attempt_id = self._seen_attempt_id
         self.restarts += 1
+        self._replay_due = self.stateful and bool(self._replay)
+
+    def _exchange(self, connections: list[socket.socket], message: bytes, failing: bytes) -> list[Any]:
+        for partition, sock in enumerate(connections):
+            sock.sendall(failing if partition == 0 else message)
+        return [_receive(sock) for sock in connections]
 
     def map_reduce(self, fn: BlockFn, value: Any, sweep: int = 0) -> Stats:
         """Run ``fn`` on every block of every task and return the statistics summed in partition order."""
@@ -262,9 +316,17 @@ class SweepSession:
             message = _frame(("run", self._request, fn, value, False))
             failing = _frame(("run", self._request, fn, value, True)) if fail else message
             try:
-                for partition, sock in enumerate(connections):
-                    sock.sendall(failing if partition == 0 else message)
-                replies = [_receive(sock) for sock in connections]
+                if self._replay_due:  # restarted tasks hold the session's initial states
+                    log.info("spark engine session: replaying %d sweep(s) to the restarted tasks", len(self._replay))
+                    for earlier in self._replay:
+                        replies = self._exchange(connections, earlier, earlier)
+                        if any(reply[0] == "error" for reply in replies):
+                            break
+                    else:
+                        self._replay_due = False
+                    if self._replay_due:
+                        raise EOFError("a task failed during the replay")
+                replies = self._exchange(connections, message, failing)
             except (OSError, EOFError) as error:
                 log.warning("spark engine session: a task was lost (%s); waiting for Spark to restart the stage",
                             error)
@@ -279,7 +341,20 @@ class SweepSession:
             total: Stats = {}
             for reply in replies:
                 total = add_stats(total, reply[2])
+            if self.stateful:
+                self._replay.append(message)
+            self.served += 1
             return total
+
+    @property
+    def replay_bytes(self) -> int:
+        """Size of the requests kept for a replay (stateful sessions)."""
+        return sum(len(frame) for frame in self._replay)
+
+    @property
+    def failed(self) -> bool:
+        """Whether the session's job failed (then :attr:`result` holds no states)."""
+        return self._job_error is not None or not self._job_done
 
     def close(self) -> None:
         """Send ``stop`` to every task, wait for the job to finish, close the server."""

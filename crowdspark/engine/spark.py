@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 
 _BLOCK = 0
 _STATS = 1
+#: a stateful session ends early when the requests it keeps for a replay exceed this (driver memory)
+_MAX_REPLAY_BYTES = 256 * 1024 * 1024
 
 
 def _with_empty_state(block: Block) -> tuple[int, tuple[Block, State]]:
@@ -134,9 +136,9 @@ class SparkEngine(Engine):
     resident_blocks : {"auto", "on", "off"}
         Keep blocks in the Python workers between jobs (:mod:`crowdspark.engine.resident`).
     sweep_mode : {"auto", "session", "jobs"}
-        ``jobs``: one Spark job per sweep.  ``session``: all sweeps of a fit of a model without per-item
-        state in one barrier job (:mod:`crowdspark.engine.session`).  ``auto``: ``session`` on a local
-        master without dynamic allocation, else ``jobs``.
+        ``jobs``: one Spark job per sweep.  ``session``: the sweeps of a fit in barrier jobs that keep the
+        blocks and states in the tasks (:mod:`crowdspark.engine.session`).  ``auto``: ``session`` on a
+        local master without dynamic allocation, else ``jobs``.
     """
 
     name = "spark"
@@ -167,6 +169,7 @@ class SparkEngine(Engine):
             sweep_mode == "auto" and self.sc.master.startswith("local") and not dynamic
         )
         self._session: SweepSession | None = None
+        self._in_fit = False
         self._sessions_run = 0
         self._session_restarts = 0
         self._spill_dir = None
@@ -194,33 +197,65 @@ class SparkEngine(Engine):
         return rdd.treeAggregate({}, add_stats, add_stats, depth=self.tree_depth)
 
     def begin_sweeps(self, stateful: bool) -> bool:
-        """Start a sweep session (:mod:`crowdspark.engine.session`) for a model without per-item state."""
-        if stateful or not self.sessions or self._session is not None:
+        """A fit starts: with sessions on, its sweeps run in sweep sessions (:mod:`crowdspark.engine.session`).
+
+        Sessions start at the fit's first sweep.  A session of a model with per-item state ends every
+        ``checkpoint_interval`` sweeps (its states become the new cached RDD, with a truncated lineage)
+        and before anything else needs the cluster (checkpoints, item results).
+        """
+        if not self.sessions or self._in_fit:
             return False
+        self._in_fit = True
+        return True
+
+    def end_sweeps(self) -> None:
+        self._close_session()
+        self._in_fit = False
+
+    def _start_session(self, stateful: bool) -> SweepSession:
         tasks = max(1, min(self.n_partitions, self.sc.defaultParallelism))
         # a barrier stage cannot narrow-coalesce its parent (SPARK-24820): more partitions than slots are
         # regrouped by a shuffle of the cached elements (only small handles in resident mode)
         rdd = self._current if tasks == self.n_partitions else self._current.coalesce(tasks, shuffle=True)
         host = self.sc.getConf().get("spark.driver.host", "127.0.0.1")
-        self._session = SweepSession(rdd, host, inject_task_failure=self.inject_task_failure)
+        self._session = SweepSession(
+            rdd, host, stateful=stateful, storage=self._storage, inject_task_failure=self.inject_task_failure,
+        )
         self._sessions_run += 1
-        return True
+        return self._session
 
-    def end_sweeps(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
-            session.close()
-            self._session_restarts += session.restarts
+    def _close_session(self) -> None:
+        """End the running session; a stateful one's final states become the current cached RDD."""
+        if self._session is None:
+            return
+        session, self._session = self._session, None
+        session.close()
+        self._session_restarts += session.restarts
+        if session.stateful and not session.failed:
+            for rdd in self._uncheckpointed:
+                rdd.unpersist(blocking=False)
+            self._uncheckpointed = []
+            self._release_until(session.result, None)
+            self._pending_broadcasts = []
+            self._current = session.result
 
     def session_report(self) -> dict[str, Any]:
         """For run summaries: whether sessions are on, how many ran, how often Spark restarted their tasks."""
         return {"enabled": self.sessions, "sessions": self._sessions_run, "task_restarts": self._session_restarts}
 
     def map_reduce(self, fn: BlockFn, value: Any, *, stateful: bool, sweep: int = 0) -> Stats:
-        if self._session is not None:
-            if not stateful:
-                return self._session.map_reduce(fn, value, sweep)
-            self.end_sweeps()  # the session's tasks hold every slot: no other job could run
+        if self._in_fit:
+            session = self._session
+            if session is not None and (
+                session.stateful != stateful
+                or (stateful and session.served >= self.checkpoint_interval)
+                or session.replay_bytes > _MAX_REPLAY_BYTES
+            ):
+                self._close_session()
+                session = None
+            if session is None:
+                session = self._start_session(stateful)
+            return session.map_reduce(fn, value, sweep)
         if self.inject_task_failure and sweep == self.inject_task_failure:
             fn = partial(_fail_first_attempt, fn)
         broadcast = self.sc.broadcast(value)
@@ -270,12 +305,12 @@ class SparkEngine(Engine):
 
     def save_states(self, path: str) -> None:
         """Write ``(first item id, state)`` of every block with ``saveAsPickleFile``."""
-        self.end_sweeps()
+        self._close_session()
         self._current.map(_keyed_state).saveAsPickleFile(path)
 
     def load_states(self, path: str) -> None:
         """Join saved states onto the cached blocks by each block's first item id (one shuffle)."""
-        self.end_sweeps()
+        self._close_session()
         states = self.sc.pickleFile(path)
         restored = self._base.map(_keyed_block).join(states).map(_joined).persist(self._storage)
         restored.localCheckpoint()
@@ -289,7 +324,7 @@ class SparkEngine(Engine):
 
         The broadcast of ``value`` is kept until :meth:`close`, because the RDD is evaluated lazily.
         """
-        self.end_sweeps()
+        self._close_session()
         broadcast = self.sc.broadcast(value)
         self._pending_broadcasts.append(broadcast)
         return self._current.mapPartitions(partial(_items_partition, fn, broadcast))
