@@ -169,7 +169,8 @@ def _fit(model: Model, engine: Engine, warm_start: WarmStart | None, checkpoint:
         return result
     for sweep in range(first + 1, model.max_sweeps + 1):
         t1 = time.perf_counter()
-        stats = engine.map_reduce(partial(_step, model, sweep), params, stateful=stateful, sweep=sweep)
+        stats = engine.map_reduce(partial(_step, model, sweep), model.step_params(params), stateful=stateful,
+                                  sweep=sweep)
         update = model.global_step(stats, params, sweep)
         params = update.params
         seconds = time.perf_counter() - t1

@@ -110,6 +110,11 @@ class Model:
     def local_step(self, block: Block, state: State, params: Any, sweep: int) -> tuple[State, Stats]:
         raise NotImplementedError
 
+    def step_params(self, params: Any) -> Any:
+        """The part of ``params`` that :meth:`local_step` reads (what the engine ships to every block each
+        sweep); all of ``params`` unless a model keeps driver-only accumulators in it."""
+        return params
+
     def global_step(self, stats: Stats, params: Any, sweep: int) -> Update:
         raise NotImplementedError
 

@@ -393,6 +393,11 @@ class IdblaGibbs(IdblaInit):
         stats["log_evidence"] = np.array(float(log_evidence.sum()))
         return new, stats
 
+    def step_params(self, params: Any) -> dict[str, np.ndarray]:
+        """``pi``, ``alpha``, ``beta``: a sweep reads nothing else (the kept sums and last counts, four more
+        (K, H, C, C) arrays, stay on the driver)."""
+        return {"pi": params["pi"], "alpha": params["alpha"], "beta": params["beta"]}
+
     # ---- driver -------------------------------------------------------------------------------------------
     def global_step(self, stats: Stats, params: Any, sweep: int) -> Update:
         """Draw pi, alpha, beta (eq. 6-8) from the summed counts; accumulate kept means.
