@@ -12,6 +12,7 @@ import time
 import warnings
 from dataclasses import dataclass, field, fields
 from functools import partial
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -404,21 +405,47 @@ def aggregate_frames(
 def _aggregate_local(
     config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, options: RunOptions
 ) -> RunResult:
+    def read() -> tuple[pd.DataFrame, pd.DataFrame | None]:
+        labels = read_frame(labels_path, config.input.format, "labels")
+        return labels, read_frame(gold_path, config.gold.format, "gold") if gold_path else None
+
+    return _aggregate_on_driver(config, read, labels_path, gold_path, output_dir, options)
+
+
+def _aggregate_on_driver(
+    config: RunConfig,
+    read: Callable[[], tuple[pd.DataFrame, pd.DataFrame | None]],
+    labels_path: str,
+    gold_path: str | None,
+    output_dir: str | None,
+    options: RunOptions,
+    spark: Any = None,
+    extra_summary: dict[str, Any] | None = None,
+) -> RunResult:
+    """Read pandas frames with ``read``, fit them with the local engine, write the run to ``output_dir``.
+
+    Tables go to a local ``output_dir`` with pandas, to any other filesystem with ``spark``.
+    """
     start = time.perf_counter()
-    raw = read_frame(labels_path, config.input.format, "labels")
-    gold_raw = read_frame(gold_path, config.gold.format, "gold") if gold_path else None
+    labels, gold = read()
     read_seconds = round(time.perf_counter() - start, 4)
-    run = aggregate_frames(config, raw, gold_raw, labels_path, gold_path or "<none>", options)
+    run = aggregate_frames(config, labels, gold, labels_path, gold_path or "<none>", options)
     run.summary["timings"] = {"read": read_seconds, **run.summary["timings"]}
-    if output_dir is not None:
-        start = time.perf_counter()
-        with StagedOutput(output_dir) as out:
+    run.summary.update(extra_summary or {})
+    if output_dir is None:
+        return run
+    start = time.perf_counter()
+    with StagedOutput(output_dir, spark) as out:
+        if spark is None or is_local(output_dir):
             write_frame_local(run.items, out.path("items"), config.output.format)
             write_frame_local(run.workers, out.path("workers"), config.output.format)
-            _write_model(out, config, run.model, run.params, run.encoding)
-            run.summary["timings"]["write"] = round(time.perf_counter() - start, 4)
-            out.write_json("summary.json", run.summary)
-            out.commit()
+        else:
+            _write_spark_frames(spark.createDataFrame(run.items, item_schema(run.model)),
+                                spark.createDataFrame(run.workers), config.output.format, out)
+        _write_model(out, config, run.model, run.params, run.encoding)
+        run.summary["timings"]["write"] = round(time.perf_counter() - start, 4)
+        out.write_json("summary.json", run.summary)
+        out.commit()
     return run
 
 
@@ -622,27 +649,12 @@ def _aggregate_small(
         "input is %d bytes (< engine.small_input_bytes = %d): collecting it to the driver and fitting with the "
         "local engine (set engine.small_input_bytes=0 to distribute)", small["input_bytes"], small["threshold"],
     )
-    start = time.perf_counter()
-    labels = to_pandas_strings(raw)
-    gold = to_pandas_strings(gold_raw) if gold_raw is not None else None
-    read_seconds = round(time.perf_counter() - start, 4)
-    run = aggregate_frames(config, labels, gold, labels_path, gold_path or "<none>", options)
-    run.summary["timings"] = {"read": read_seconds, **run.summary["timings"]}
-    run.summary["small_input"] = small
-    if output_dir is not None:
-        start = time.perf_counter()
-        with StagedOutput(output_dir, spark) as out:
-            if is_local(output_dir):
-                write_frame_local(run.items, out.path("items"), config.output.format)
-                write_frame_local(run.workers, out.path("workers"), config.output.format)
-            else:
-                _write_spark_frames(spark.createDataFrame(run.items, item_schema(run.model)),
-                                    spark.createDataFrame(run.workers), config.output.format, out)
-            _write_model(out, config, run.model, run.params, run.encoding)
-            run.summary["timings"]["write"] = round(time.perf_counter() - start, 4)
-            out.write_json("summary.json", run.summary)
-            out.commit()
-    return run
+
+    def read() -> tuple[pd.DataFrame, pd.DataFrame | None]:
+        return to_pandas_strings(raw), to_pandas_strings(gold_raw) if gold_raw is not None else None
+
+    return _aggregate_on_driver(config, read, labels_path, gold_path, output_dir, options, spark,
+                                {"small_input": small})
 
 
 def _write_model(out: StagedOutput, config: RunConfig, model: Model, params: Any, encoding) -> None:

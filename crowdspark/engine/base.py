@@ -30,9 +30,8 @@ class Engine:
         """Apply ``fn`` to every block, keep the returned states if ``stateful``, return the summed stats."""
         raise NotImplementedError
 
-    def begin_sweeps(self, stateful: bool) -> bool:
-        """A fit starts: the engine may prepare to run many sweeps (returns whether it did anything)."""
-        return False
+    def begin_sweeps(self, stateful: bool) -> None:
+        """A fit starts: the engine may prepare to run many sweeps."""
 
     def end_sweeps(self) -> None:
         """The fit's sweeps are over (always called after :meth:`begin_sweeps`, also on errors)."""

@@ -71,6 +71,10 @@ class SessionError(RuntimeError):
 class InjectedTaskFailure(RuntimeError):
     """Raised on purpose by ``engine.inject_task_failure`` (tests of task retries)."""
 
+    @classmethod
+    def first_attempt(cls) -> InjectedTaskFailure:
+        return cls("injected failure of the first attempt of partition 0 (engine.inject_task_failure)")
+
 
 def _frame(obj: Any) -> bytes:
     payload = pickle.dumps(obj, protocol=5)
@@ -128,9 +132,7 @@ def _session_task(address: tuple[str, int], secret: str, stateful: bool, element
             _, request, fn, value, fail = message
             try:
                 if fail:
-                    raise InjectedTaskFailure(
-                        "injected failure of the first attempt of partition 0 (engine.inject_task_failure)"
-                    )
+                    raise InjectedTaskFailure.first_attempt()
                 total: Stats = {}
                 for j, block in enumerate(blocks):
                     state, stats = fn(block, states[j], value)

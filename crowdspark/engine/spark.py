@@ -108,7 +108,7 @@ def _fail_first_attempt(fn: BlockFn, block: Block, state: State, value: Any) -> 
 
     context = TaskContext.get()
     if context is not None and context.attemptNumber() == 0 and context.partitionId() == 0:
-        raise InjectedTaskFailure("injected failure of the first attempt of partition 0 (engine.inject_task_failure)")
+        raise InjectedTaskFailure.first_attempt()
     return fn(block, state, value)
 
 
@@ -196,17 +196,14 @@ class SparkEngine(Engine):
     def _aggregate(self, rdd) -> Stats:
         return rdd.treeAggregate({}, add_stats, add_stats, depth=self.tree_depth)
 
-    def begin_sweeps(self, stateful: bool) -> bool:
+    def begin_sweeps(self, stateful: bool) -> None:
         """A fit starts: with sessions on, its sweeps run in sweep sessions (:mod:`crowdspark.engine.session`).
 
         Sessions start at the fit's first sweep.  A session of a model with per-item state ends every
         ``checkpoint_interval`` sweeps (its states become the new cached RDD, with a truncated lineage)
         and before anything else needs the cluster (checkpoints, item results).
         """
-        if not self.sessions or self._in_fit:
-            return False
-        self._in_fit = True
-        return True
+        self._in_fit = self._in_fit or self.sessions
 
     def end_sweeps(self) -> None:
         self._close_session()
@@ -232,12 +229,16 @@ class SparkEngine(Engine):
         session.close()
         self._session_restarts += session.restarts
         if session.stateful and not session.failed:
-            for rdd in self._uncheckpointed:
-                rdd.unpersist(blocking=False)
-            self._uncheckpointed = []
-            self._release_until(session.result, None)
-            self._pending_broadcasts = []
-            self._current = session.result
+            self._adopt(session.result)
+
+    def _adopt(self, rdd) -> None:
+        """Make ``rdd`` (states with a truncated lineage, materialized) current; free everything older."""
+        for old in self._uncheckpointed:
+            old.unpersist(blocking=False)
+        self._uncheckpointed = []
+        self._release_until(rdd, None)
+        self._pending_broadcasts = []
+        self._current = rdd
 
     def session_report(self) -> dict[str, Any]:
         """For run summaries: whether sessions are on, how many ran, how often Spark restarted their tasks."""
@@ -315,9 +316,7 @@ class SparkEngine(Engine):
         restored = self._base.map(_keyed_block).join(states).map(_joined).persist(self._storage)
         restored.localCheckpoint()
         restored.count()
-        self._current = restored
-        self._release_until(restored, None)
-        self._pending_broadcasts = []
+        self._adopt(restored)
 
     def item_blobs(self, fn: ItemFn, value: Any):
         """RDD of one-element tuples holding a pickled ``(block, ItemResult)`` per block.
