@@ -75,7 +75,7 @@ def evidence_fn(model: Any, block: Block, state: State, params: Any) -> tuple[St
 
     ``state`` is returned unchanged (use with ``stateful=False``).
     """
-    table = model.joint_log_table(block, model.final_params(params))
+    table = model.joint_log_table(block, model.log_tables(**model.final_params(params)))
     n = table.shape[0]
     probs, log_evidence = normalize_log(table.reshape(n, -1), axis=1)
     entropy = -(probs * np.log(np.maximum(probs, 1e-300))).sum()

@@ -29,12 +29,16 @@ _MASK53 = np.uint64((1 << 53) - 1)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
-    """SplitMix64 finalizer, a bijection on uint64 with full avalanche."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * _MUL1
-    x = x ^ (x >> np.uint64(27))
-    x = x * _MUL2
-    return x ^ (x >> np.uint64(31))
+    """SplitMix64 finalizer, a bijection on uint64 with full avalanche, applied in place to ``x``."""
+    shifted = x >> np.uint64(30)
+    x ^= shifted
+    x *= _MUL1
+    np.right_shift(x, np.uint64(27), out=shifted)
+    x ^= shifted
+    x *= _MUL2
+    np.right_shift(x, np.uint64(31), out=shifted)
+    x ^= shifted
+    return x
 
 
 def _key(seed: int, sweep: int, stream: int) -> tuple[np.uint64, np.uint64]:
@@ -58,9 +62,15 @@ def uniforms(seed: int, sweep: int, keys: np.ndarray, stream: int = 0) -> np.nda
     """
     k1, k2 = _key(seed, sweep, stream)
     with np.errstate(over="ignore"):
-        x = _mix(np.asarray(keys, dtype=np.uint64) * _GOLDEN + k1)
-        x = _mix(x ^ k2)
-    return (x >> np.uint64(11)).astype(np.float64) * (1.0 / float(1 << 53))
+        x = np.multiply(np.asarray(keys, dtype=np.uint64), _GOLDEN)  # a new array: _mix works in place
+        x += k1
+        _mix(x)
+        x ^= k2
+        _mix(x)
+    x >>= np.uint64(11)
+    out = x.astype(np.float64)
+    out *= 1.0 / float(1 << 53)
+    return out
 
 
 def item_keys(item_ids: np.ndarray) -> np.ndarray:

@@ -62,7 +62,13 @@ from scipy.special import gammaln
 
 from crowdspark.block import Block
 from crowdspark.models.base import ItemResult, State, Update
-from crowdspark.models.common import argmax_random_ties, label_loglik, normalize_log, tie_uniforms
+from crowdspark.models.common import (
+    argmax_random_ties,
+    label_loglik,
+    normalize_log,
+    shifted_exp,
+    tie_uniforms,
+)
 from crowdspark.models.idbla_init import IdblaInit, level_counts, level_worker_table
 from crowdspark.rng import driver_generator, uniforms
 from crowdspark.stats import Stats
@@ -103,21 +109,31 @@ def draw_dirichlet(rng: np.random.Generator, concentration: np.ndarray) -> np.nd
     return g / g.sum(axis=-1, keepdims=True)
 
 
-def _inverse_cdf(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Index drawn from each row of ``probs`` (n, D) with uniforms ``u`` (n,), int64 (n,).
+def _inverse_cdf(weights: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Index drawn from each row of ``weights`` (n, D): the number of partial sums below ``target`` (n,).
 
-    The index is the number of partial sums below ``u * total``; the partial sums are accumulated one
-    column at a time (columns are contiguous in the kernels' Fortran-ordered tables, and ``np.cumsum``
-    along short rows is several times slower).
+    With ``target = u * weights.sum(axis=1)`` and ``u`` uniform on [0, 1), index j is drawn with
+    probability ``weights[:, j] / weights.sum(axis=1)`` (the weights need not be normalized).  The partial
+    sums are accumulated one column at a time (columns are contiguous in the kernels' Fortran-ordered
+    tables, and ``np.cumsum`` along short rows is several times slower).
+
+    Returns
+    -------
+    ndarray of int64, shape (n,)
     """
-    n, D = probs.shape
-    target = u * probs.sum(axis=1)
-    running = np.zeros(n)
-    idx = np.zeros(n, dtype=np.int64)
-    for j in range(D - 1):
-        running += probs[:, j]
+    D = weights.shape[1]
+    running = weights[:, 0].copy()
+    idx = (running < target).astype(np.int64)
+    for j in range(1, D - 1):
+        running += weights[:, j]
         idx += running < target
     return idx
+
+
+def _draw_from(log_scores: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Index drawn from each row of ``exp(log_scores)`` (n, D) with uniforms ``u`` (n,), int64 (n,)."""
+    weights, total, _ = shifted_exp(log_scores, axis=1)
+    return _inverse_cdf(weights, u * total[:, 0])
 
 
 def collapsed_log_marginal(
@@ -335,68 +351,72 @@ class IdblaGibbs(IdblaInit):
         return params
 
     # ---- executors ----------------------------------------------------------------------------------------
-    def joint_log_table(self, block: Block, params: Any, log_pi: np.ndarray | None = None) -> np.ndarray:
-        """``log alpha_t + log beta_h + ll[i, h, t]``, shape (n, H, C) (``log_pi`` if already computed)."""
-        if log_pi is None:
-            log_pi = np.log(np.maximum(params["pi"], _TINY))
-        table = label_loglik(block, log_pi)  # (n, H, C), a new array
-        table += np.log(params["alpha"])[None, None, :]
-        table += np.log(params["beta"])[None, :, None]
+    def log_tables(self, pi: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> dict[str, np.ndarray]:
+        """What a sweep reads: ``log_pi`` (K, H, C, C), floored at log(1e-300), and ``log_prior`` (H, C) =
+        ``log beta_h + log alpha_t``."""
+        return {
+            "log_pi": np.log(np.maximum(pi, _TINY)),
+            "log_prior": np.log(beta)[:, None] + np.log(alpha)[None, :],
+        }
+
+    def joint_log_table(self, block: Block, tables: dict[str, np.ndarray]) -> np.ndarray:
+        """``log alpha_t + log beta_h + ll[i, h, t]``, shape (n, H, C), a new Fortran-ordered array.
+
+        ``tables`` as made by :meth:`log_tables`.
+        """
+        table = label_loglik(block, tables["log_pi"])  # (n, H, C), a new array
+        table += tables["log_prior"]
         return table
 
-    def _draw(
-        self, block: Block, state: dict[str, np.ndarray], table: np.ndarray, sweep: int,
-        joint: np.ndarray | None = None,
+    def _draw_paper(
+        self, block: Block, state: dict[str, np.ndarray], table: np.ndarray, sweep: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Draw (T, Q) per item from ``table`` (n, H, C) by the configured scheme; int32 (n,) each.
-
-        ``joint`` (n, H, C), the normalized ``table``, saves normalizing it again for the joint scheme.
-        """
-        n, H, C = table.shape
+        """The paper's scheme: ``T_i | Q_i`` (eq. 4), then ``Q_i | T_i`` (eq. 5); int32 (n,) each."""
+        rows = np.arange(table.shape[0])
         u_t = uniforms(self.seed, sweep, block.item_keys, _STREAM_T)
-        if self.scheme == "joint":
-            if joint is None:
-                joint, _ = normalize_log(table.reshape(n, H * C), axis=1)
-            idx = _inverse_cdf(joint.reshape(n, H * C), u_t)
-            return (idx % C).astype(np.int32), (idx // C).astype(np.int32)
-        rows = np.arange(n)
-        p_t, _ = normalize_log(table[rows, state["Q"], :], axis=1)
-        T = _inverse_cdf(p_t, u_t).astype(np.int32)
-        p_q, _ = normalize_log(table[rows, :, T], axis=1)
-        Q = _inverse_cdf(p_q, uniforms(self.seed, sweep, block.item_keys, _STREAM_Q)).astype(np.int32)
+        T = _draw_from(table[rows, state["Q"], :], u_t).astype(np.int32)
+        u_q = uniforms(self.seed, sweep, block.item_keys, _STREAM_Q)
+        Q = _draw_from(table[rows, :, T], u_q).astype(np.int32)
         return T, Q
 
     def local_step(self, block: Block, state: State, params: Any, sweep: int) -> tuple[State, Stats]:
         """One Gibbs sweep over a block: draw (T, Q), return their counts and log-likelihoods.
 
-        State: ``T``, ``Q`` int32 (n,), ``epsilon`` (n,) and, once a sweep is kept, ``post_sum`` (n, C),
-        ``level_sum`` (n, H), ``n_kept``.  Stats: ``counts`` (K, H, C, C), ``classes`` (C,), ``levels`` (H,),
-        ``loglik`` and ``log_evidence`` (0-d).
+        ``params`` as made by :meth:`step_params`.  State: ``T``, ``Q`` int32 (n,), ``epsilon`` (n,) and,
+        once a sweep is kept, ``post_sum`` (n, C), ``level_sum`` (n, H), ``n_kept``.  Stats: ``counts``
+        (K, H, C, C), ``classes`` (C,), ``levels`` (H,), ``loglik`` and ``log_evidence`` (0-d).
         """
         assert state is not None
-        log_pi = np.log(np.maximum(params["pi"], _TINY))
-        table = self.joint_log_table(block, params, log_pi)
+        table = self.joint_log_table(block, params)
         n, H, C = table.shape
-        joint, log_evidence = normalize_log(table.reshape(n, H * C), axis=1)
-        joint = joint.reshape(n, H, C)
-        T, Q = self._draw(block, state, table, sweep, joint)
+        if self.scheme == "paper":
+            T, Q = self._draw_paper(block, state, table, sweep)
+        # the joint table p(t, h | L_i) up to its row sums, written over the log table (the largest
+        # per-item array of the sweep: no second one is allocated)
+        flat = table.reshape(n, H * C)
+        weights, total, log_evidence = shifted_exp(flat, axis=1, out=flat)
+        if self.scheme == "joint":
+            idx = _inverse_cdf(weights, uniforms(self.seed, sweep, block.item_keys, _STREAM_T) * total[:, 0])
+            T, Q = (idx % C).astype(np.int32), (idx // C).astype(np.int32)
         new = dict(state)
         new["T"], new["Q"] = T, Q
         if self.is_kept(sweep):
-            new["post_sum"] = state.get("post_sum", 0.0) + joint.sum(axis=1)
-            new["level_sum"] = state.get("level_sum", 0.0) + joint.sum(axis=2)
+            # p(T_i | L_i) and p(Q_i | L_i): marginals of the unnormalized table divided by its row sums
+            joint = weights.reshape(n, H, C)
+            new["post_sum"] = state.get("post_sum", 0.0) + joint.sum(axis=1) / total
+            new["level_sum"] = state.get("level_sum", 0.0) + joint.sum(axis=2) / total
             new["n_kept"] = state.get("n_kept", 0) + 1
         stats = level_counts(block, T, Q, self.n_workers, self.n_classes, self.n_levels)
         # log p(L | pi, T, Q) of the block: a sum over labels of log pi[k, Q_i, T_i, c], i.e. the sampled
         # counts times log pi (sized by K, H, C instead of by labels)
-        stats["loglik"] = np.array(float((stats["counts"] * log_pi).sum()))
+        stats["loglik"] = np.array(float((stats["counts"] * params["log_pi"]).sum()))
         stats["log_evidence"] = np.array(float(log_evidence.sum()))
         return new, stats
 
     def step_params(self, params: Any) -> dict[str, np.ndarray]:
-        """``pi``, ``alpha``, ``beta``: a sweep reads nothing else (the kept sums and last counts, four more
-        (K, H, C, C) arrays, stay on the driver)."""
-        return {"pi": params["pi"], "alpha": params["alpha"], "beta": params["beta"]}
+        """:meth:`log_tables` of the current draw, computed once per sweep on the driver; a sweep reads
+        nothing else (the kept sums and last counts, four more (K, H, C, C) arrays, stay on the driver)."""
+        return self.log_tables(params["pi"], params["alpha"], params["beta"])
 
     # ---- driver -------------------------------------------------------------------------------------------
     def global_step(self, stats: Stats, params: Any, sweep: int) -> Update:
@@ -439,7 +459,7 @@ class IdblaGibbs(IdblaInit):
         if state is not None and state.get("n_kept", 0) > 0:
             k = float(state["n_kept"])
             return state["post_sum"] / k, state["level_sum"] / k
-        table = self.joint_log_table(block, self.final_params(params))
+        table = self.joint_log_table(block, self.log_tables(**self.final_params(params)))
         n, H, C = table.shape
         joint, _ = normalize_log(table.reshape(n, H * C), axis=1)
         joint = joint.reshape(n, H, C)

@@ -60,7 +60,7 @@ import numpy as np
 
 from crowdspark.block import Block
 from crowdspark.models.base import Model, State
-from crowdspark.models.common import label_cells, normalize_rows, per_item_sum, per_label
+from crowdspark.models.common import label_cells, normalize_rows, per_item_sum
 from crowdspark.models.majority_vote import majority_labels
 from crowdspark.rng import uniforms
 from crowdspark.stats import Stats
@@ -211,7 +211,8 @@ def level_counts(block: Block, T: np.ndarray, Q: np.ndarray, n_workers: int, n_c
     # with the one-hot of (Q, T) measured 2.7x slower)
     C = n_classes
     item_cell = (Q.astype(np.int64) * C + T) * C  # (n,)
-    index = label_cells(block, n_levels * C * C) + per_label(block, item_cell)
+    index = item_cell[block.item_of_label]  # per label; a gather is faster than np.repeat by offsets
+    index += label_cells(block, n_levels * C * C)
     counts = np.bincount(index, minlength=n_workers * n_levels * C * C).astype(np.float64)
     return {
         "counts": counts.reshape(n_workers, n_levels, C, C),
