@@ -73,11 +73,28 @@ class Block:
 
 
 def _count_duplicate_pairs(item_of_label: np.ndarray, worker: np.ndarray) -> int:
-    if item_of_label.size == 0:
+    """Number of (item, worker) pairs with more than one label; the labels are sorted by (item, worker)."""
+    if item_of_label.size < 2:
         return 0
-    pair = item_of_label.astype(np.int64) * (int(worker.max()) + 1) + worker
-    _, counts = np.unique(pair, return_counts=True)
-    return int(np.count_nonzero(counts > 1))
+    repeat = (item_of_label[1:] == item_of_label[:-1]) & (worker[1:] == worker[:-1])
+    # a pair with k > 1 labels is a run of k - 1 repeats: count the runs' first repeats
+    first = repeat.copy()
+    first[1:] &= ~repeat[:-1]
+    return int(np.count_nonzero(first))
+
+
+def _label_order(codes: np.ndarray, worker: np.ndarray, label: np.ndarray, n_items: int) -> np.ndarray:
+    """Stable order of the rows by (item, worker, label), int64 (m,).
+
+    One stable argsort of the combined key ``(item * K + worker) * C + label`` (5x faster than
+    ``np.lexsort`` of the three at 5M rows), unless that key could overflow int64.
+    """
+    K = int(worker.max()) + 1
+    C = int(label.max()) + 1
+    if n_items * K * C < 2**62:
+        key = (codes.astype(np.int64) * K + worker) * C + label
+        return np.argsort(key, kind="stable")
+    return np.lexsort((label, worker, codes))
 
 
 def build_blocks(
@@ -140,7 +157,7 @@ def blocks_from_codes(
     worker = np.asarray(worker, dtype=np.int32)
     label = np.asarray(label, dtype=np.int32)
     # labels in (item, worker, label) order: per-item sums do not depend on the rows' arrival order
-    order = np.lexsort((label, worker, codes))
+    order = _label_order(np.asarray(codes), worker, label, len(uniques))
     codes = np.asarray(codes)[order]
     worker = worker[order]
     label = label[order]

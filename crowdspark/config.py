@@ -106,7 +106,10 @@ class EngineConfig:
     ``jobs`` runs one Spark job per sweep, ``auto`` = ``session`` on a local master without dynamic
     allocation (see :mod:`crowdspark.engine.session`).  ``small_input_bytes``: a Spark run whose input
     files total fewer bytes (and that has no ``input.filter``) collects the labels to the driver and fits
-    them with the local engine, which gives the same answers; ``0`` always distributes.
+    them with the local engine, which gives the same answers; ``0`` always distributes.  ``cache_input``:
+    cache the label columns while they are validated and grouped into blocks (``auto`` = cache CSV and JSON
+    files and DataFrames passed in, re-read Parquet and ORC, whose three columns Spark reads faster than it
+    caches them; ``on`` pays off where reads are slow, e.g. an object store).
     """
 
     name: str = "spark"
@@ -120,10 +123,12 @@ class EngineConfig:
     resident_blocks: str = "auto"
     sweep_mode: str = "auto"
     small_input_bytes: int = 8 * 1024 * 1024
+    cache_input: str = "auto"
 
     def __post_init__(self) -> None:
         check_choice("engine.resident_blocks", self.resident_blocks, ("auto", "on", "off"))
         check_choice("engine.sweep_mode", self.sweep_mode, ("auto", "session", "jobs"))
+        check_choice("engine.cache_input", self.cache_input, ("auto", "on", "off"))
         check_int("engine.small_input_bytes", self.small_input_bytes, minimum=0)
         check_int("engine.checkpoint_every", self.checkpoint_every, minimum=0)
         check_int("engine.inject_task_failure", self.inject_task_failure, minimum=0)

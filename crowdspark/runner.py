@@ -29,7 +29,7 @@ from crowdspark.engine.checkpoint import Checkpointer
 from crowdspark.engine.loop import FitResult, WarmStart, finish_fn, fit
 from crowdspark.metrics import gold_stats, level_error_stats, metrics_from_stats
 from crowdspark.models.base import Model, State
-from crowdspark.output import StagedOutput, item_frame, run_directory, worker_frame, write_frame_local, write_latest
+from crowdspark.output import StagedOutput, item_batch, item_frame, run_directory, worker_frame, write_frame_local, write_latest
 from crowdspark.persist import SavedModel, load_saved_model, model_document, params_to_bytes, worker_index_map
 from crowdspark.stats import Stats
 
@@ -459,13 +459,14 @@ def item_schema(model: Model) -> str:
     return ", ".join(columns)
 
 
-def _decode_items(frames, classes: tuple[str, ...]):
+def _decode_items(batches, classes: tuple[str, ...], extras: dict[str, str]):
+    """mapInArrow function: pickled ``(block, ItemResult)`` values -> the blocks' item batches."""
     import pickle
 
-    for frame in frames:
-        for blob in frame["blob"]:
+    for batch in batches:
+        for blob in batch.column(0).to_pylist():
             block, result = pickle.loads(blob)
-            yield item_frame(block.item_ids, result, classes)
+            yield item_batch(block.item_ids, result, classes, extras)
 
 
 #: labels per partition above which the default partition count grows (block building converts a whole
@@ -506,8 +507,8 @@ class SparkFit:
         """The per-item results as a (lazy, distributed) Spark DataFrame; valid until :meth:`close`."""
         blobs = self.engine.item_blobs(partial(finish_fn, self.model), self.result.params)
         blob_frame = spark.createDataFrame(blobs, "blob binary")
-        decode = partial(_decode_items, classes=self.encoding.classes)
-        return blob_frame.mapInPandas(decode, item_schema(self.model))
+        decode = partial(_decode_items, classes=self.encoding.classes, extras=dict(self.model.item_extras))
+        return blob_frame.mapInArrow(decode, item_schema(self.model))
 
     def close(self) -> None:
         self.engine.close()
@@ -522,6 +523,7 @@ def fit_spark_frames(
     gold_source: str | None = None,
     timer: Timer | None = None,
     options: RunOptions | None = None,
+    input_format: str | None = None,
 ) -> SparkFit:
     """Validate, fit and evaluate Spark DataFrames on the Spark engine (nothing is written).
 
@@ -537,6 +539,9 @@ def fit_spark_frames(
         Where the frames came from, for messages and the summary.
     timer : optional
         Collects the phase timings.
+    input_format : str, optional
+        The format of the files ``labels_raw`` was read from (``None``: a DataFrame passed in); decides
+        ``engine.cache_input = "auto"``.
     """
     from crowdspark.engine.spark import SparkEngine
     from crowdspark.spark_data import block_rdd, gold_items_without_labels, prepare_gold_spark, prepare_labels_spark
@@ -548,7 +553,8 @@ def fit_spark_frames(
             labels_raw = labels_raw.filter(config.input.filter)
         except Exception as exc:  # AnalysisException or ParseException: the user's condition is wrong
             raise ConfigError(f"input.filter {config.input.filter!r} is not a valid Spark SQL condition on the labels: {exc}") from exc
-    labels = prepare_labels_spark(labels_raw, config.input, labels_source)
+    cache = _cache_input(config, input_format)
+    labels = prepare_labels_spark(labels_raw, config.input, labels_source, persist=cache)
     enc = labels.encoding
     gold = None
     if gold_raw is not None:
@@ -569,7 +575,7 @@ def fit_spark_frames(
     )
     try:
         engine.materialize()
-        labels.frame.unpersist()
+        labels.frame.unpersist()  # a no-op when it was not cached
         timer.lap("blocks")
         layout = {"engine": "spark", "partitions": n_partitions, "max_block_labels": config.engine.max_block_labels}
         model, result, selection = fit_configured(
@@ -583,6 +589,7 @@ def fit_spark_frames(
         inputs = {"labels": labels_source, "gold": gold_source, "label_rows": labels.n_rows}
         summary = _summary(config, model, "spark", enc.classes, enc.n_workers, result, extra, inputs)
         summary["partitions"] = n_partitions
+        summary["input_cached"] = cache
         summary["sweep_sessions"] = engine.session_report()
         if selection is not None:
             summary["level_selection"] = selection
@@ -597,16 +604,17 @@ def fit_spark_frames(
 def _aggregate_spark(
     spark, config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, options: RunOptions
 ) -> RunResult:
-    from crowdspark.spark_data import read_spark_frame
+    from crowdspark.spark_data import read_spark_frame, resolve_format
 
     timer = Timer()
-    raw = read_spark_frame(spark, labels_path, config.input.format, "labels")
+    input_format = resolve_format(labels_path, config.input.format, "labels")
+    raw = read_spark_frame(spark, labels_path, input_format, "labels")
     gold_raw = read_spark_frame(spark, gold_path, config.gold.format, "gold") if gold_path else None
     small = _small_input(spark, config, raw)
     if small is not None:
         return _aggregate_small(spark, config, raw, gold_raw, labels_path, gold_path, output_dir, options, small)
     timer.lap("read")
-    run = fit_spark_frames(spark, config, raw, gold_raw, labels_path, gold_path, timer, options)
+    run = fit_spark_frames(spark, config, raw, gold_raw, labels_path, gold_path, timer, options, input_format)
     summary = run.summary
     try:
         if output_dir is not None:
@@ -623,6 +631,15 @@ def _aggregate_spark(
     finally:
         run.close()
     return RunResult(summary=summary)
+
+
+def _cache_input(config: RunConfig, input_format: str | None) -> bool:
+    """Whether Spark caches the label columns for validation and block building (``engine.cache_input``)."""
+    from crowdspark.spark_data import COLUMNAR_FORMATS
+
+    if config.engine.cache_input != "auto":
+        return config.engine.cache_input == "on"
+    return input_format not in COLUMNAR_FORMATS
 
 
 def _small_input(spark, config: RunConfig, raw) -> dict[str, int] | None:

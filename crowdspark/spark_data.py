@@ -3,7 +3,7 @@
 The rules and messages are those of :mod:`crowdspark.data`; here they are computed with Spark
 aggregations, so that nothing item-level is collected to the driver.  What reaches the driver is sized by
 workers and classes: the distinct workers (to number them), the distinct labels (refused beyond about
-:data:`crowdspark.data.MAX_CLASSES` before they are fetched), and counts.
+:data:`crowdspark.data.MAX_CLASSES` + 1 of them are ever fetched), and counts.
 
 Blocks are built on the executors: labels are left-joined with gold, repartitioned by item (so every label
 of an item lands in one partition), and each partition is encoded in Arrow (worker and class codes,
@@ -40,11 +40,22 @@ from crowdspark.data import (
 from crowdspark.errors import InputError
 
 __all__ = [
-    "read_spark_frame", "SparkLabels", "prepare_labels_spark", "prepare_gold_spark", "block_rdd", "input_bytes",
+    "read_spark_frame", "resolve_format", "COLUMNAR_FORMATS", "SparkLabels", "prepare_labels_spark", "prepare_gold_spark", "block_rdd", "input_bytes",
     "to_pandas_strings",
 ]
 
 log = logging.getLogger(__name__)
+
+
+# formats whose files Spark reads column by column: re-reading the three label columns costs less than
+# caching them (see ``engine.cache_input``)
+COLUMNAR_FORMATS = ("parquet", "orc")
+
+
+def resolve_format(path: str, fmt: str, what: str) -> str:
+    """``fmt``, or with ``"auto"`` the format inferred from the files' extensions (local paths checked)."""
+    files = resolve_local_paths(path, what) if is_local(path) else None
+    return infer_format(path, files, what) if fmt == "auto" else fmt
 
 
 def read_spark_frame(spark, path: str, fmt: str, what: str):
@@ -54,9 +65,7 @@ def read_spark_frame(spark, path: str, fmt: str, what: str):
     """
     from pyspark.errors import AnalysisException
 
-    files = resolve_local_paths(path, what) if is_local(path) else None
-    if fmt == "auto":
-        fmt = infer_format(path, files, what)
+    fmt = resolve_format(path, fmt, what)
     reader = spark.read.format(fmt)
     if fmt == "csv":
         reader = reader.option("header", "true").option("inferSchema", "false")
@@ -131,35 +140,29 @@ def prepare_labels_spark(frame, cfg: InputConfig, source: str, persist: bool = T
     cols = {"item": cfg.item, "worker": cfg.worker, "label": cfg.label}
     _check_columns(frame, cols, "labels", source, "input")
     frame = frame.select(*[F.col(f"`{column}`").cast("string").alias(role) for role, column in cols.items()])
-    # read the input once: validation and block building both scan it (the caller unpersists it once the
-    # blocks are built)
+    # with ``persist``, read the input once: validation and block building both scan it (the caller
+    # unpersists it once the blocks are built)
     if persist:
         frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
-    # two jobs: counts (with an estimate of the distinct labels, to refuse a wrong label column before
-    # collecting it), then the distinct labels and workers together in one shuffle
-    aggs = [F.count(F.lit(1)).alias("rows"), F.approx_count_distinct("label").alias("labels_approx")] + [
-        F.sum(F.col(role).isNull().cast("long")).alias(role) for role in cols
-    ]
+    # three small jobs: rows and nulls; the distinct labels, at most MAX_CLASSES + 1 of them fetched (a wrong
+    # label column is refused before it is collected); the distinct workers.  Measured at 10M labels (Parquet,
+    # local[2]) against the former approx_count_distinct guard and one union-distinct job: 4.5 s vs 7.1 s
+    aggs = [F.count(F.lit(1)).alias("rows")] + [F.sum(F.col(role).isNull().cast("long")).alias(role) for role in cols]
     row = frame.agg(*aggs).collect()[0]
     if row["rows"] == 0:
         raise InputError(f"labels at {source!r} have no rows; there is nothing to aggregate.")
     for role, column in cols.items():
         if row[role]:
             raise null_error("labels", source, column, int(row[role]))
-    if row["labels_approx"] > 1.2 * MAX_CLASSES:
+    labels = [r[0] for r in frame.select("label").distinct().limit(MAX_CLASSES + 1).collect()]
+    if len(labels) > MAX_CLASSES:
         raise InputError(
-            f"labels at {source!r}: column {cfg.label!r} has about {row['labels_approx']} distinct values "
+            f"labels at {source!r}: column {cfg.label!r} has at least {MAX_CLASSES + 1} distinct values "
             f"(more than {MAX_CLASSES}); is it the label column? Set --set input.label=<column>."
         )
-    values = (
-        frame.select(F.lit(0).alias("kind"), F.col("label").alias("value"))
-        .union(frame.select(F.lit(1).alias("kind"), F.col("worker").alias("value")))
-        .distinct()
-        .collect()
-    )
-    labels = [r["value"] for r in values if r["kind"] == 0]
+    values = frame.select(F.col("worker").alias("value")).distinct().collect()
     classes = decide_classes(sorted(labels), cfg.classes, source, cfg.label)
-    workers = tuple(sorted(r["value"] for r in values if r["kind"] == 1))
+    workers = tuple(sorted(r["value"] for r in values))
     return SparkLabels(
         frame=frame,
         encoding=Encoding(workers, tuple(classes)),

@@ -14,6 +14,9 @@ DEFAULT_SPARK_CONF = {
     # Unix domain sockets between the JVM and Python workers halve the per-task cost (measured).
     "spark.python.unix.domain.socket.enabled": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Arrow batches of 200k rows instead of 10k between the JVM and Python (block building, item output):
+    # at 10M labels the hand-off of the label columns took 5.4 s instead of 6.4 s (local[2], measured)
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "200000",
 }
 
 

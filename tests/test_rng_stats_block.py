@@ -107,6 +107,25 @@ def test_build_blocks_is_independent_of_row_order():
     assert da == db
 
 
+def test_label_order_and_duplicate_pairs_match_their_references():
+    """The combined-key sort equals np.lexsort (also on the overflow fallback); duplicates equal np.unique's."""
+    from crowdspark.block import _count_duplicate_pairs, _label_order
+
+    rng = np.random.default_rng(3)
+    for m in (0, 1, 2, 7, 500):
+        codes = rng.integers(0, 40, m)
+        worker = rng.integers(0, 6, m).astype(np.int32)
+        label = rng.integers(0, 3, m).astype(np.int32)
+        if m == 0:
+            continue
+        reference = np.lexsort((label, worker, codes))
+        np.testing.assert_array_equal(_label_order(codes, worker, label, 40), reference)
+        np.testing.assert_array_equal(_label_order(codes, worker, label, 2**61), reference)  # lexsort path
+        item, who = codes[reference].astype(np.int32), worker[reference]
+        _, n = np.unique(item.astype(np.int64) * 6 + who, return_counts=True)
+        assert _count_duplicate_pairs(item, who) == int(np.count_nonzero(n > 1))
+
+
 def test_build_blocks_of_nothing():
     assert build_blocks(np.array([], dtype=object), np.array([]), np.array([])) == []
 

@@ -168,6 +168,11 @@ def test_parquet_integer_ids_json_folder_and_glob_read_alike(run, tmp_path):
     for summary in (as_folder, as_glob, as_json, as_csv):
         assert summary["counts"]["labels"] == 6 and summary["counts"]["items"] == 3
         assert summary["classes"] == ["0", "1"]
+    if "input_cached" in as_folder:  # the Spark engine: engine.cache_input = "auto" re-reads Parquet only
+        assert [s["input_cached"] for s in (as_folder, as_glob, as_json, as_csv)] == [False, False, True, True]
+        on = run(folder, overrides=["engine.cache_input=on"])
+        assert on["input_cached"] is True and on["counts"] == as_folder["counts"]
+        assert run(csv_path, overrides=["engine.cache_input=off"])["input_cached"] is False
 
 
 @pytest.mark.parametrize(
@@ -179,6 +184,7 @@ def test_parquet_integer_ids_json_folder_and_glob_read_alike(run, tmp_path):
         (["ds.maxiter=3"], r"unknown parameter\(s\) ds.maxiter for algorithm 'ds'; known: max_iter, smoothing, tol"),
         (["engine.partitions=-1"], r"engine.partitions must be an integer >= 0, but got -1"),
         (["output.format=xml"], r"output.format must be one of \['parquet', 'csv'\], but got 'xml'"),
+        (["engine.cache_input=yes"], r"engine.cache_input must be one of \['auto', 'on', 'off'\], but got 'yes'"),
     ],
 )
 def test_invalid_parameters(run, tmp_path, overrides, message):
