@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 import sys
 import time
 import warnings
@@ -71,3 +72,21 @@ def timed_fit(model, engine) -> tuple[list[float], float]:
 
 def median(values: list[float]) -> float:
     return float(np.median(values)) if values else float("nan")
+
+
+# a wrapper process whose only children are the command's: its RUSAGE_CHILDREN peak is the largest process
+# of that command's tree alone (the benchmark's own RUSAGE_CHILDREN would also hold earlier commands' peaks)
+_WRAPPER = (
+    "import resource, subprocess, sys; proc = subprocess.run(sys.argv[1:], check=True, capture_output=True, "
+    "text=True); sys.stdout.write(proc.stdout); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+)
+
+
+def run_measured(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """Run ``command``; wall seconds, peak RSS (MiB) of the largest process of its tree, and its stdout."""
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", _WRAPPER, *command], check=True, env=env, capture_output=True,
+                          text=True)
+    wall = time.perf_counter() - start
+    *lines, peak_kib = proc.stdout.rstrip("\n").split("\n")
+    return wall, int(peak_kib) / 1024, "\n".join(lines)

@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import ROOT, ds_dataset, machine, spark_session
+from benchmarks.common import ROOT, ds_dataset, machine, run_measured, spark_session
 
 CROWDKIT_SCRIPT = """
 import sys, time, warnings, pandas as pd
@@ -60,16 +58,6 @@ def crowdkit_mv_seconds(frame: pd.DataFrame) -> float:
     return time.perf_counter() - start
 
 
-def run_process(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """Wall seconds, peak RSS (MiB) of the largest process in the tree, stdout."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    start = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
-    wall = time.perf_counter() - start
-    peak = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
-    return wall, peak, proc.stdout
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--labels", type=int, default=10_000_000)
@@ -97,7 +85,7 @@ def main() -> None:
 
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     with tempfile.TemporaryDirectory() as tmp:
-        ours_wall, ours_rss, _ = run_process(
+        ours_wall, ours_rss, _ = run_measured(
             [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[2]",
              "--driver-memory", "8g", str(ROOT / "jobs" / "aggregate.py"),
              "--labels", path, "--algorithm", "ds", "--set", f"ds.max_iter={args.iterations}", "--set", "ds.tol=0",
@@ -107,7 +95,7 @@ def main() -> None:
         summary = json.loads(Path(f"{tmp}/ours/summary.json").read_text())
         script = Path(tmp) / "ck.py"
         script.write_text(CROWDKIT_SCRIPT)
-        ck_wall, ck_rss, _ = run_process([sys.executable, str(script), path, str(args.iterations), f"{tmp}/ck.parquet"], env)
+        ck_wall, ck_rss, _ = run_measured([sys.executable, str(script), path, str(args.iterations), f"{tmp}/ck.parquet"], env)
 
     print(f"\n{args.labels:,} labels, {args.iterations} Dawid-Skene iterations; machine: {machine()}; date: {date.today()}")
     print("| measure | crowd-kit | crowdspark local engine | crowdspark Spark local[2] | crowd-kit / crowdspark Spark |")

@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from datetime import date
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import ROOT, ds_dataset, machine, spark_session
+from benchmarks.common import ROOT, ds_dataset, machine, run_measured, spark_session
 
 
 def iteration_overrides(name: str, iterations: int) -> list[str]:
@@ -46,15 +44,8 @@ def run(path: str, name: str, iterations: int, driver_memory: str) -> dict:
             "--set", "engine.small_input_bytes=0",  # the distributed engine at every size
             "--quiet", "--output", f"{tmp}/out",
         ]
-        # a wrapper process whose only children are spark-submit's: its RUSAGE_CHILDREN peak is the largest
-        # process of this run (the JVM, which in local mode is driver and executor, or a Python worker)
-        wrapper = ("import json, resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "
-                   "capture_output=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-        start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", wrapper, *command], check=True, env=env, capture_output=True,
-                              text=True)
-        wall = time.perf_counter() - start
-        largest_mib = int(proc.stdout.strip().splitlines()[-1]) / 1024
+        # the JVM (in local mode driver and executor at once) or a Python worker
+        wall, largest_mib, _ = run_measured(command, env)
         summary = json.loads(Path(f"{tmp}/out/summary.json").read_text())
     seconds = [h["seconds"] for h in summary["history"]]
     return {
