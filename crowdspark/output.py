@@ -60,11 +60,12 @@ def to_jsonable(value: Any) -> Any:
 
 
 def _list_array(values: np.ndarray):
-    """A 2-D array (n, D) as an Arrow list array of n rows (no Python object per row)."""
+    """An array (n, ...) as an Arrow list array of n rows, each row flattened (no Python object per row)."""
     import pyarrow as pa
 
     values = np.ascontiguousarray(values, dtype=np.float64)
-    n, width = values.shape
+    n = values.shape[0]
+    width = int(np.prod(values.shape[1:]))
     offsets = pa.array(np.arange(0, n * width + 1, width, dtype=np.int32))
     return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1)))
 
@@ -93,12 +94,12 @@ def item_batch(
         "item": pa.array(np.asarray(item_ids, dtype=object), type=pa.string()),
         "label": pa.array(np.asarray(classes, dtype=object)[label], type=pa.string()),
         "confidence": pa.array(result.posterior[np.arange(n), label], type=pa.float64()),
-        "posterior": _list_array(np.asarray(result.posterior).reshape(n, -1)),
+        "posterior": _list_array(result.posterior),
     }
     for name, values in result.extra.items():
         values = np.asarray(values)
         if values.ndim > 1:
-            columns[name] = _list_array(values.reshape(n, -1))
+            columns[name] = _list_array(values)
         else:
             dtype = _SCALAR_DTYPES.get((extras or {}).get(name, ""))
             columns[name] = pa.array(values if dtype is None else values.astype(dtype))
