@@ -66,11 +66,12 @@ def configure_logging(debug: bool, quiet: bool) -> None:
 def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
     """Run ``aggregate`` with parsed arguments; returns the summary.  Starts Spark only if needed."""
     from crowdspark.config import load_config
-    from crowdspark.runner import aggregate
+    from crowdspark.runner import aggregate, small_local_input
 
     config = load_config(args.config, args.overrides, algorithm=args.algorithm, seed=args.seed, engine_name=args.engine)
     own_session = False
-    if config.engine.name == "spark" and spark is None:
+    small = small_local_input(config, args.labels, args.gold, args.output, args.warm_start)
+    if config.engine.name == "spark" and spark is None and small is None:
         from crowdspark.spark_session import build_session
 
         spark = build_session("crowdspark-aggregate", master=args.master)
@@ -90,7 +91,9 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
 def _report(summary: dict, output: str) -> str:
     engine = summary["engine"]
     if summary.get("small_input"):
-        engine += f" (small input: {summary['small_input']['input_bytes']:,} bytes collected from Spark)"
+        small = summary["small_input"]
+        how = "read with pandas, without Spark" if small.get("reader") == "pandas" else "collected from Spark"
+        engine += f" (small input: {small['input_bytes']:,} bytes {how})"
     parts = [
         f"{summary['algorithm']} on {engine}: {summary['counts']['items']} items, "
         f"{summary['counts']['workers']} workers, {summary['counts']['labels']} labels",

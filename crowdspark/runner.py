@@ -271,7 +271,8 @@ def aggregate(
         Write into ``output_dir/run_id=<run_id>/`` and, once complete, point ``output_dir/_LATEST.json``
         at it; older runs stay where they are.
     """
-    if config.engine.name == "spark" and spark is None:
+    small = small_local_input(config, labels_path, gold_path, output_dir, warm_start)
+    if config.engine.name == "spark" and spark is None and small is None:
         raise ValueError("the spark engine needs a SparkSession")
     saved = load_saved_model(warm_start, spark) if warm_start else None
     # the run id is part of the inputs: a checkpoint left by another night's run is never resumed
@@ -279,13 +280,48 @@ def aggregate(
     destination = output_dir
     if output_dir is not None and run_id is not None:
         destination = run_directory(output_dir, run_id)
-    if config.engine.name == "spark":
+    if small is not None:
+        log.info(
+            "input is %d bytes of local files (< engine.small_input_bytes = %d): reading it with pandas and "
+            "fitting with the local engine, without Spark (set engine.small_input_bytes=0 to distribute)",
+            small["input_bytes"], small["threshold"],
+        )
+        run = _aggregate_local(config, labels_path, destination, gold_path, options, {"small_input": small})
+    elif config.engine.name == "spark":
         run = _aggregate_spark(spark, config, labels_path, destination, gold_path, options)
     else:
         run = _aggregate_local(config, labels_path, destination, gold_path, options)
     if destination is not None and run_id is not None:
         write_latest(output_dir, run_id, destination, spark)
     return run
+
+
+def small_local_input(
+    config: RunConfig,
+    labels_path: str,
+    gold_path: str | None = None,
+    output_dir: str | None = None,
+    warm_start: str | None = None,
+) -> dict[str, Any] | None:
+    """``{"input_bytes", "threshold", "reader": "pandas"}`` when a Spark-engine run needs no Spark at all.
+
+    That is when ``engine.small_input_bytes`` is on, there is no ``input.filter``, every path of the run
+    (labels, gold, output, warm start, checkpoints) is local, and the label files total fewer bytes than
+    the threshold.  Such a run reads with pandas and fits with the local engine on the driver (the answers
+    are the Spark engine's, tested); ``None`` otherwise (and always for ``engine.name = "local"``).
+    """
+    from crowdspark.data import is_local, resolve_local_paths
+
+    threshold = config.engine.small_input_bytes
+    if config.engine.name != "spark" or not threshold or config.input.filter:
+        return None
+    paths = [labels_path, gold_path, output_dir, warm_start, config.engine.checkpoint_dir]
+    if not all(is_local(path) for path in paths if path):
+        return None
+    size = sum(os.path.getsize(f) for f in resolve_local_paths(labels_path, "labels"))
+    if size >= threshold:
+        return None
+    return {"input_bytes": size, "threshold": threshold, "reader": "pandas"}
 
 
 def input_signature(labels_path: str, gold_path: str | None) -> dict[str, Any]:
@@ -403,13 +439,19 @@ def aggregate_frames(
 
 
 def _aggregate_local(
-    config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, options: RunOptions
+    config: RunConfig,
+    labels_path: str,
+    output_dir: str | None,
+    gold_path: str | None,
+    options: RunOptions,
+    extra_summary: dict[str, Any] | None = None,
 ) -> RunResult:
     def read() -> tuple[pd.DataFrame, pd.DataFrame | None]:
         labels = read_frame(labels_path, config.input.format, "labels")
         return labels, read_frame(gold_path, config.gold.format, "gold") if gold_path else None
 
-    return _aggregate_on_driver(config, read, labels_path, gold_path, output_dir, options)
+    return _aggregate_on_driver(config, read, labels_path, gold_path, output_dir, options,
+                                extra_summary=extra_summary)
 
 
 def _aggregate_on_driver(
@@ -642,8 +684,9 @@ def _cache_input(config: RunConfig, input_format: str | None) -> bool:
     return input_format not in COLUMNAR_FORMATS
 
 
-def _small_input(spark, config: RunConfig, raw) -> dict[str, int] | None:
-    """``{"input_bytes", "threshold"}`` when the labels are small enough for the driver, else ``None``."""
+def _small_input(spark, config: RunConfig, raw) -> dict[str, Any] | None:
+    """``{"input_bytes", "threshold", "reader": "spark"}`` when the labels are small enough for the driver
+    (remote or filtered inputs: Spark reads them), else ``None``."""
     from crowdspark.spark_data import input_bytes
 
     threshold = config.engine.small_input_bytes
@@ -652,7 +695,7 @@ def _small_input(spark, config: RunConfig, raw) -> dict[str, int] | None:
     size = input_bytes(spark, raw, threshold)
     if size is None or size >= threshold:
         return None
-    return {"input_bytes": size, "threshold": threshold}
+    return {"input_bytes": size, "threshold": threshold, "reader": "spark"}
 
 
 def _aggregate_small(

@@ -102,7 +102,9 @@ def test_python_m_crowdspark_on_spark_with_crowd_kit_columns(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
-    # a file this small takes the small-input path: read by Spark, fitted by the local engine on the driver
+    # a local file this small takes the small-input path: read with pandas and fitted by the local engine on
+    # the driver, without starting Spark
     assert summary["engine"] == "local" and summary["small_input"]["input_bytes"] == os.path.getsize(tmp_path / "labels.parquet")
-    assert summary["counts"]["items"] == 462 and "small input" in proc.stdout + proc.stderr
+    assert summary["small_input"]["reader"] == "pandas"
+    assert summary["counts"]["items"] == 462 and "read with pandas, without Spark" in proc.stdout + proc.stderr
     assert len(pd.read_parquet(out / "items")) == 462

@@ -262,18 +262,32 @@ def _count_labels(model, block, state, value):
 
 
 def test_small_input_is_collected_and_gives_the_distributed_answer(spark, tmp_path):
+    from crowdspark.runner import RunOptions, _aggregate_spark
+
     labels, gold = str(DATA / "rte" / "labels.csv"), str(DATA / "rte" / "truth.csv")
     small = load_config(algorithm="ds", engine_name="spark", seed=11)
     distributed = load_config(overrides=["engine.small_input_bytes=0"], algorithm="ds", engine_name="spark", seed=11)
-    s_small = aggregate(small, labels, str(tmp_path / "small"), gold_path=gold, spark=spark).summary
+    # local files: read with pandas, no Spark needed (aggregate works without a session)
+    s_small = aggregate(small, labels, str(tmp_path / "small"), gold_path=gold).summary
+    # remote files (simulated by calling the Spark path): read by Spark, collected, fitted on the driver
+    s_collected = _aggregate_spark(spark, small, labels, str(tmp_path / "collected"), gold, RunOptions()).summary
     s_dist = aggregate(distributed, labels, str(tmp_path / "dist"), gold_path=gold, spark=spark).summary
-    assert s_small["small_input"] == {"input_bytes": (DATA / "rte" / "labels.csv").stat().st_size,
-                                      "threshold": small.engine.small_input_bytes}
-    assert s_small["engine"] == "local" and s_dist["engine"] == "spark" and "small_input" not in s_dist
-    assert s_small["counts"] == s_dist["counts"] and s_small["metrics"] == pytest.approx(s_dist["metrics"])
-    a, b = read_items(str(tmp_path / "small")), read_items(str(tmp_path / "dist"))
-    assert (a["label"] == b["label"]).all()
-    np.testing.assert_allclose(np.stack(a["posterior"]), np.stack(b["posterior"]), atol=1e-9)
+    size = (DATA / "rte" / "labels.csv").stat().st_size
+    threshold = small.engine.small_input_bytes
+    assert s_small["small_input"] == {"input_bytes": size, "threshold": threshold, "reader": "pandas"}
+    assert s_collected["small_input"] == {"input_bytes": size, "threshold": threshold, "reader": "spark"}
+    assert s_small["engine"] == s_collected["engine"] == "local"
+    assert s_dist["engine"] == "spark" and "small_input" not in s_dist
+    for summary, name in ((s_small, "small"), (s_collected, "collected")):
+        assert summary["counts"] == s_dist["counts"] and summary["metrics"] == pytest.approx(s_dist["metrics"])
+        a, b = read_items(str(tmp_path / name)), read_items(str(tmp_path / "dist"))
+        assert (a["label"] == b["label"]).all()
+        np.testing.assert_allclose(np.stack(a["posterior"]), np.stack(b["posterior"]), atol=1e-9)
+    # a remote output keeps Spark in the run (it writes there)
+    from crowdspark.runner import small_local_input
+
+    assert small_local_input(small, labels, gold, "hdfs:///results/x") is None
+    assert small_local_input(small, labels, gold, str(tmp_path / "out"))["reader"] == "pandas"
     # a filter always distributes (the size of a partitioned lake says nothing about the filtered rows)
     filtered = load_config(overrides=["input.filter=label = '1' or label = '0'"], algorithm="ds",
                            engine_name="spark", seed=11)
