@@ -7,8 +7,10 @@ Runs ``spark-submit jobs/aggregate.py`` with Dawid-Skene on the bundled RTE data
 (JVM start-up, reading, validation, fitting and writing included) ``--repeat`` times, and reports the wall
 time and the median seconds per EM iteration from each run's ``summary.json``, next to the same command
 on the local engine (``--engine local``, no Spark).  The Spark command runs twice: with the defaults (RTE is
-below ``engine.small_input_bytes``, so Spark reads it and the driver fits it) and distributed
-(``engine.small_input_bytes=0``: Spark validation, blocks, and the sweep session on two tasks).
+local and below ``engine.small_input_bytes``, so pandas reads it and the driver fits it without a
+SparkSession; spark-submit still starts its JVM) and distributed (``engine.small_input_bytes=0``: Spark
+validation, blocks, and the sweep session on two tasks).  ``crowdspark aggregate`` with the default engine
+(spark) shows the same small-input path without spark-submit's JVM.
 """
 
 from __future__ import annotations
@@ -45,9 +47,11 @@ def main() -> None:
     args = parser.parse_args()
     bin_dir = Path(sys.executable).parent
     spark_cmd = [str(bin_dir / "spark-submit"), "--master", "local[2]", str(ROOT / "jobs/aggregate.py"), *RTE, "--algorithm", "ds"]
-    local_cmd = [str(bin_dir / "crowdspark"), "aggregate", *RTE, "--algorithm", "ds", "--engine", "local"]
+    cli_cmd = [str(bin_dir / "crowdspark"), "aggregate", *RTE, "--algorithm", "ds"]
+    local_cmd = [*cli_cmd, "--engine", "local"]
     commands = (
         ("spark-submit, local[2] (defaults: small-input path)", spark_cmd),
+        ("crowdspark aggregate (defaults: engine spark, small-input path)", cli_cmd),
         ("spark-submit, local[2], distributed (engine.small_input_bytes=0)",
          [*spark_cmd, "--set", "engine.small_input_bytes=0"]),
         ("crowdspark --engine local", local_cmd),
