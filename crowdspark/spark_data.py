@@ -40,8 +40,8 @@ from crowdspark.data import (
 from crowdspark.errors import InputError
 
 __all__ = [
-    "read_spark_frame", "resolve_format", "COLUMNAR_FORMATS", "SparkLabels", "prepare_labels_spark", "prepare_gold_spark", "block_rdd", "input_bytes",
-    "to_pandas_strings",
+    "read_spark_frame", "resolve_format", "COLUMNAR_FORMATS", "SparkLabels", "prepare_labels_spark",
+    "prepare_gold_spark", "block_rdd", "input_bytes", "to_pandas_strings",
 ]
 
 log = logging.getLogger(__name__)

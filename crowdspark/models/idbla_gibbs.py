@@ -15,7 +15,8 @@ log pi[k, h, t, c]``.
 
 One sweep
 ---------
-* executors (``local_step``), per block: ``ll`` from the broadcast ``pi``; then either
+* executors (``local_step``), per block: ``ll`` from ``log pi`` and ``log alpha + log beta``, made once
+  per sweep on the driver (``step_params`` / ``log_tables``) and sent to every block; then either
   ``scheme="joint"``: ``(T_i, Q_i)`` drawn together from ``p(t, h) ∝ alpha_t beta_h exp(ll[i, h, t])``
   (eq. 4 and 5 combined, exact), or ``scheme="paper"``: ``T_i | Q_i`` (eq. 4) then ``Q_i | T_i`` (eq. 5).
   Draws are inverse-CDF on :func:`crowdspark.rng.uniforms` keyed by (seed, sweep, item, stream).  The
