@@ -29,7 +29,6 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
