@@ -318,10 +318,20 @@ def small_local_input(
     paths = [labels_path, gold_path, output_dir, warm_start, config.engine.checkpoint_dir]
     if not all(is_local(path) for path in paths if path):
         return None
-    size = sum(os.path.getsize(f) for f in resolve_local_paths(labels_path, "labels"))
+    files = resolve_local_paths(labels_path, "labels")
+    for path in (labels_path, gold_path):
+        if path and _hive_partitioned(path, files if path == labels_path else resolve_local_paths(path, "gold")):
+            return None  # folder names such as date=... are columns only to Spark's reader
+    size = sum(os.path.getsize(f) for f in files)
     if size >= threshold:
         return None
     return {"input_bytes": size, "threshold": threshold, "reader": "pandas"}
+
+
+def _hive_partitioned(path: str, files: list[str]) -> bool:
+    """Whether a file sits in a folder named ``column=value`` below ``path`` (a Hive-style partition)."""
+    root = os.path.dirname(path) if os.path.isfile(path) else path.split("*", 1)[0]
+    return any("=" in part for f in files for part in os.path.dirname(os.path.relpath(f, root)).split(os.sep))
 
 
 def input_signature(labels_path: str, gold_path: str | None) -> dict[str, Any]:

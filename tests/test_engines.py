@@ -288,6 +288,15 @@ def test_small_input_is_collected_and_gives_the_distributed_answer(spark, tmp_pa
 
     assert small_local_input(small, labels, gold, "hdfs:///results/x") is None
     assert small_local_input(small, labels, gold, str(tmp_path / "out"))["reader"] == "pandas"
+    # Hive-style folders (worker=w1/) are columns to Spark's reader only: such input keeps Spark
+    frame = pd.read_csv(DATA / "temp" / "labels.csv", dtype=str)
+    for worker, part in frame.groupby("worker"):
+        folder = tmp_path / "hive" / f"worker={worker}"
+        folder.mkdir(parents=True)
+        part.drop(columns="worker").to_parquet(folder / "part.parquet")
+    assert small_local_input(small, str(tmp_path / "hive")) is None
+    s_hive = aggregate(small, str(tmp_path / "hive"), None, spark=spark).summary
+    assert s_hive["small_input"]["reader"] == "spark" and s_hive["counts"]["labels"] == len(frame)
     # a filter always distributes (the size of a partitioned lake says nothing about the filtered rows)
     filtered = load_config(overrides=["input.filter=label = '1' or label = '0'"], algorithm="ds",
                            engine_name="spark", seed=11)
