@@ -385,7 +385,7 @@ class IdblaGibbs(IdblaInit):
 
         ``params`` as made by :meth:`step_params`.  State: ``T``, ``Q`` int32 (n,), ``epsilon`` (n,) and,
         once a sweep is kept, ``post_sum`` (n, C), ``level_sum`` (n, H), ``n_kept``.  Stats: ``counts``
-        (K, H, C, C), ``classes`` (C,), ``levels`` (H,), ``loglik`` and ``log_evidence`` (0-d).
+        (K, H, C, C), ``classes`` (C,), ``levels`` (H,) (integer counts) and ``log_evidence`` (0-d).
         """
         assert state is not None
         table = self.joint_log_table(block, params)
@@ -408,9 +408,6 @@ class IdblaGibbs(IdblaInit):
             new["level_sum"] = state.get("level_sum", 0.0) + joint.sum(axis=2) / total
             new["n_kept"] = state.get("n_kept", 0) + 1
         stats = level_counts(block, T, Q, self.n_workers, self.n_classes, self.n_levels)
-        # log p(L | pi, T, Q) of the block: a sum over labels of log pi[k, Q_i, T_i, c], i.e. the sampled
-        # counts times log pi (sized by K, H, C instead of by labels)
-        stats["loglik"] = np.array(float((stats["counts"] * params["log_pi"]).sum()))
         stats["log_evidence"] = np.array(float(log_evidence.sum()))
         return new, stats
 
@@ -446,7 +443,10 @@ class IdblaGibbs(IdblaInit):
             new["levels_sum"] = params["levels_sum"] + stats["levels"]
             new["n_kept"] = params["n_kept"] + 1
         n_labels = params["n_labels"]
-        extra = {"loglik": float(stats["loglik"])}
+        # log p(L | pi, T, Q), the paper's criterion: a sum over labels of log pi[k, Q_i, T_i, c], i.e. the
+        # summed counts times the log of the pi the sweep used (once per sweep, sized by K, H, C; exact
+        # integer counts make it independent of how the items were split into blocks)
+        extra = {"loglik": float((stats["counts"] * np.log(np.maximum(params["pi"], _TINY))).sum())}
         n_items = float(stats["levels"].sum())
         for h, size in enumerate(stats["levels"]):
             extra[f"level_size_{h}"] = float(size)
