@@ -492,8 +492,8 @@ def _aggregate_on_driver(
             write_frame_local(run.items, out.path("items"), config.output.format)
             write_frame_local(run.workers, out.path("workers"), config.output.format)
         else:
-            _write_spark_frames(spark.createDataFrame(run.items, item_schema(run.model)),
-                                spark.createDataFrame(run.workers), config.output.format, out)
+            _write_spark_frames(spark, spark.createDataFrame(run.items, item_schema(run.model)), run.workers,
+                                config.output.format, out)
         _write_model(out, config, run.model, run.params, run.encoding)
         run.summary["timings"]["write"] = round(time.perf_counter() - start, 4)
         out.write_json("summary.json", run.summary)
@@ -735,16 +735,25 @@ def _write_model(out: StagedOutput, config: RunConfig, model: Model, params: Any
 
 
 def _write_spark_tables(spark, run: SparkFit, fmt: str, out: StagedOutput) -> None:
-    _write_spark_frames(run.items(spark), spark.createDataFrame(run.workers), fmt, out)
+    _write_spark_frames(spark, run.items(spark), run.workers, fmt, out)
 
 
-def _write_spark_frames(items, workers, fmt: str, out: StagedOutput) -> None:
+def _write_spark_frames(spark, items, workers: pd.DataFrame, fmt: str, out: StagedOutput) -> None:
+    """``items`` (a Spark DataFrame) with Spark; ``workers`` (pandas, on the driver) with pandas when the
+    output is local (a Spark DataFrame of it would ship the whole table inside one task: 39 MB at 100k
+    workers), else with Spark."""
     if fmt == "csv":
         _arrays_to_json(items).write.mode("overwrite").option("header", "true").csv(out.path("items"))
-        _arrays_to_json(workers).coalesce(1).write.mode("overwrite").option("header", "true").csv(out.path("workers"))
     else:
         items.write.mode("overwrite").parquet(out.path("items"))
-        workers.coalesce(1).write.mode("overwrite").parquet(out.path("workers"))
+    if is_local(out.path("workers")):
+        write_frame_local(workers, out.path("workers"), fmt)
+        return
+    frame = spark.createDataFrame(workers)
+    if fmt == "csv":
+        _arrays_to_json(frame).coalesce(1).write.mode("overwrite").option("header", "true").csv(out.path("workers"))
+    else:
+        frame.coalesce(1).write.mode("overwrite").parquet(out.path("workers"))
 
 
 def _arrays_to_json(frame):
