@@ -403,9 +403,14 @@ class IdblaGibbs(IdblaInit):
         new["T"], new["Q"] = T, Q
         if self.is_kept(sweep):
             # p(T_i | L_i) and p(Q_i | L_i): marginals of the unnormalized table divided by its row sums
+            # (each marginal is one new array, updated in place: the previous state's arrays are not touched)
             joint = weights.reshape(n, H, C)
-            new["post_sum"] = state.get("post_sum", 0.0) + joint.sum(axis=1) / total
-            new["level_sum"] = state.get("level_sum", 0.0) + joint.sum(axis=2) / total
+            for key, axis in (("post_sum", 1), ("level_sum", 2)):
+                marginal = joint.sum(axis=axis)
+                marginal /= total
+                if key in state:
+                    marginal += state[key]
+                new[key] = marginal
             new["n_kept"] = state.get("n_kept", 0) + 1
         stats = level_counts(block, T, Q, self.n_workers, self.n_classes, self.n_levels)
         stats["log_evidence"] = np.array(float(log_evidence.sum()))
