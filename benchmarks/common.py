@@ -46,7 +46,8 @@ def ds_dataset(
 ) -> str:
     """Path of a synthetic Dawid-Skene Parquet dataset with ``n_labels`` labels (generated once).
 
-    ``n_workers = 0``: one worker per 100 items, between 1k and 100k.
+    ``n_workers = 0``: one worker per 100 items, between 1k and 100k.  ``spark = None`` starts a session
+    only if the data must be generated.
     """
     from crowdspark.synthetic import write_parquet
 
@@ -54,7 +55,7 @@ def ds_dataset(
     n_workers = n_workers or int(min(100_000, max(1_000, n_items // 100)))
     path = DATA / f"ds-{n_labels}-k{n_workers}-c{n_classes}-s{seed}"
     if not (path / "_SUCCESS").exists():
-        write_parquet(spark, str(path), "ds", n_items, n_workers, n_classes, labels_per_item, seed,
+        write_parquet(spark or spark_session(), str(path), "ds", n_items, n_workers, n_classes, labels_per_item, seed,
                       truth_path=str(path) + "-truth")
     return str(path)
 

@@ -28,15 +28,12 @@ from datetime import date
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import machine
+from benchmarks.common import ds_dataset, machine
 from crowdspark.algorithms import build_model
 from crowdspark.config import InputConfig
 from crowdspark.data import prepare_labels
 from crowdspark.rng import uniforms
 from crowdspark.runner import local_blocks
-
-DATA = "benchmarks/data/ds-{labels}-k{workers}-c5-s0"
-
 
 def numba_kernels():
     """The two fused kernels, compiled on first use."""
@@ -117,10 +114,10 @@ def timed(fn, repeat: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--labels", type=int, default=10_000_000)
-    parser.add_argument("--workers", type=int, default=10_000)
+    parser.add_argument("--workers", type=int, default=0, help="0: the benchmarks' default (10k at 10M labels)")
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    path = DATA.format(labels=args.labels, workers=args.workers)
+    path = ds_dataset(None, args.labels, n_workers=args.workers)
     labels = prepare_labels(pd.read_parquet(path), InputConfig(), path)
     blocks = local_blocks(labels.frame, None, labels.encoding, 2_000_000)
     K, C, H = labels.encoding.n_workers, labels.encoding.n_classes, 2

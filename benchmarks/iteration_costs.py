@@ -32,6 +32,10 @@ from crowdspark.runner import local_blocks
 from crowdspark.spark_data import block_rdd, prepare_labels_spark, read_spark_frame
 
 
+# timing names of the samplers' kept sweeps -> the algorithm
+KEPT = {"idbla-kept": "idbla", "fixed-idbla-kept": "fixed-idbla", "bcc-kept": "bcc"}
+
+
 def sweep_params(name: str, iterations: int) -> dict:
     """Parameters that make ``name`` run exactly ``iterations`` sweeps."""
     if name == "ds":
@@ -43,10 +47,6 @@ def sweep_params(name: str, iterations: int) -> dict:
     if name in KEPT:
         return {"burn_in": 0, "n_samples": iterations}
     return {}
-
-
-# timing names of the samplers' kept sweeps -> the algorithm
-KEPT = {"idbla-kept": "idbla", "fixed-idbla-kept": "fixed-idbla", "bcc-kept": "bcc"}
 
 
 def run_all(engine, encoding, algorithms: list[str], iterations: int) -> dict[str, float]:

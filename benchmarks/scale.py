@@ -44,7 +44,7 @@ def run(path: str, name: str, iterations: int, driver_memory: str) -> dict:
             "--set", "engine.small_input_bytes=0",  # the distributed engine at every size
             "--quiet", "--output", f"{tmp}/out",
         ]
-        # the JVM (in local mode driver and executor at once) or a Python worker
+        # the largest process: the JVM (in local mode driver and executor at once) or a Python worker
         wall, largest_mib, _ = run_measured(command, env)
         summary = json.loads(Path(f"{tmp}/out/summary.json").read_text())
     seconds = [h["seconds"] for h in summary["history"]]

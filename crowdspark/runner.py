@@ -319,9 +319,11 @@ def small_local_input(
     if not all(is_local(path) for path in paths if path):
         return None
     files = resolve_local_paths(labels_path, "labels")
-    for path in (labels_path, gold_path):
-        if path and _hive_partitioned(path, files if path == labels_path else resolve_local_paths(path, "gold")):
-            return None  # folder names such as date=... are columns only to Spark's reader
+    # folder names such as date=... are columns only to Spark's reader
+    if _hive_partitioned(labels_path, files):
+        return None
+    if gold_path and _hive_partitioned(gold_path, resolve_local_paths(gold_path, "gold")):
+        return None
     size = sum(os.path.getsize(f) for f in files)
     if size >= threshold:
         return None
@@ -742,18 +744,19 @@ def _write_spark_frames(spark, items, workers: pd.DataFrame, fmt: str, out: Stag
     """``items`` (a Spark DataFrame) with Spark; ``workers`` (pandas, on the driver) with pandas when the
     output is local (a Spark DataFrame of it would ship the whole table inside one task: 39 MB at 100k
     workers), else with Spark."""
-    if fmt == "csv":
-        _arrays_to_json(items).write.mode("overwrite").option("header", "true").csv(out.path("items"))
-    else:
-        items.write.mode("overwrite").parquet(out.path("items"))
+    _write_spark_table(items, fmt, out.path("items"))
     if is_local(out.path("workers")):
         write_frame_local(workers, out.path("workers"), fmt)
-        return
-    frame = spark.createDataFrame(workers)
-    if fmt == "csv":
-        _arrays_to_json(frame).coalesce(1).write.mode("overwrite").option("header", "true").csv(out.path("workers"))
     else:
-        frame.coalesce(1).write.mode("overwrite").parquet(out.path("workers"))
+        _write_spark_table(spark.createDataFrame(workers).coalesce(1), fmt, out.path("workers"))
+
+
+def _write_spark_table(frame, fmt: str, path: str) -> None:
+    """Write a Spark DataFrame as Parquet, or as CSV with array columns as JSON strings."""
+    if fmt == "csv":
+        _arrays_to_json(frame).write.mode("overwrite").option("header", "true").csv(path)
+    else:
+        frame.write.mode("overwrite").parquet(path)
 
 
 def _arrays_to_json(frame):

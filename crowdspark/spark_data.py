@@ -160,9 +160,8 @@ def prepare_labels_spark(frame, cfg: InputConfig, source: str, persist: bool = T
             f"labels at {source!r}: column {cfg.label!r} has at least {MAX_CLASSES + 1} distinct values "
             f"(more than {MAX_CLASSES}); is it the label column? Set --set input.label=<column>."
         )
-    values = frame.select(F.col("worker").alias("value")).distinct().collect()
     classes = decide_classes(sorted(labels), cfg.classes, source, cfg.label)
-    workers = tuple(sorted(r["value"] for r in values))
+    workers = tuple(sorted(r[0] for r in frame.select("worker").distinct().collect()))
     return SparkLabels(
         frame=frame,
         encoding=Encoding(workers, tuple(classes)),

@@ -110,6 +110,11 @@ def draw_dirichlet(rng: np.random.Generator, concentration: np.ndarray) -> np.nd
     return g / g.sum(axis=-1, keepdims=True)
 
 
+def _log_pi(pi: np.ndarray) -> np.ndarray:
+    """``log pi``, floored at log(1e-300) (a Dirichlet draw can underflow to 0)."""
+    return np.log(np.maximum(pi, _TINY))
+
+
 def _inverse_cdf(weights: np.ndarray, target: np.ndarray) -> np.ndarray:
     """Index drawn from each row of ``weights`` (n, D): the number of partial sums below ``target`` (n,).
 
@@ -356,7 +361,7 @@ class IdblaGibbs(IdblaInit):
         """What a sweep reads: ``log_pi`` (K, H, C, C), floored at log(1e-300), and ``log_prior`` (H, C) =
         ``log beta_h + log alpha_t``."""
         return {
-            "log_pi": np.log(np.maximum(pi, _TINY)),
+            "log_pi": _log_pi(pi),
             "log_prior": np.log(beta)[:, None] + np.log(alpha)[None, :],
         }
 
@@ -451,7 +456,7 @@ class IdblaGibbs(IdblaInit):
         # log p(L | pi, T, Q), the paper's criterion: a sum over labels of log pi[k, Q_i, T_i, c], i.e. the
         # summed counts times the log of the pi the sweep used (once per sweep, sized by K, H, C; exact
         # integer counts make it independent of how the items were split into blocks)
-        extra = {"loglik": float((stats["counts"] * np.log(np.maximum(params["pi"], _TINY))).sum())}
+        extra = {"loglik": float((stats["counts"] * _log_pi(params["pi"])).sum())}
         n_items = float(stats["levels"].sum())
         for h, size in enumerate(stats["levels"]):
             extra[f"level_size_{h}"] = float(size)
