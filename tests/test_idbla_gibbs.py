@@ -11,8 +11,17 @@ from crowdspark.block import build_blocks
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import finish_fn, fit
 from crowdspark.errors import ConfigError
+from crowdspark.models.common import shifted_exp
 from crowdspark.models.dawid_skene import DawidSkene
-from crowdspark.models.idbla_gibbs import Bcc, FixedIdbla, IdblaGibbs, diagnose_levels, paper_preset
+from crowdspark.models.idbla_gibbs import (
+    SWEEP_DTYPE,
+    Bcc,
+    FixedIdbla,
+    IdblaGibbs,
+    _inverse_cdf,
+    diagnose_levels,
+    paper_preset,
+)
 
 FAST = dict(burn_in=10, n_samples=30)
 
@@ -195,3 +204,42 @@ def test_paper_preset_values():
 def test_validation_messages(cls, kwargs, match):
     with pytest.raises(ConfigError, match=match):
         cls(4, 2, **kwargs)
+
+
+def test_sweeps_draw_from_single_precision_tables_and_keep_double_results():
+    """The sweep's tables are float32 (``SWEEP_DTYPE``); its draws match a float64 sweep's on (nearly) every
+    item, and everything that leaves a block or the model is float64 or exact integers."""
+    blocks, K, C, _ = planted(n_items=3000, n_workers=40)
+    model = IdblaGibbs(K, C, burn_in=5, n_samples=5)
+    engine = LocalEngine(blocks)
+    result = fit(model, engine)
+    params = result.params
+    tables = model.step_params(params)
+    assert all(t.dtype == SWEEP_DTYPE == np.float32 for t in tables.values())
+    block, state = blocks[0], engine.states[0]
+    sweep = model.max_sweeps + 1  # a kept sweep
+    single_state, single = model.local_step(block, state, tables, sweep)
+    double_state, double = model.local_step(
+        block, state, model.log_tables(params["pi"], params["alpha"], params["beta"]), sweep)
+    assert np.mean(single_state["T"] == double_state["T"]) > 0.999
+    assert np.mean(single_state["Q"] == double_state["Q"]) > 0.999
+    assert single["counts"].dtype == np.int64 and single["counts"].sum() == block.n_labels
+    np.testing.assert_allclose(single["log_evidence"], double["log_evidence"], rtol=1e-6)
+    for key in ("post_sum", "level_sum"):
+        assert single_state[key].dtype == np.float64
+        np.testing.assert_allclose(single_state[key], double_state[key], atol=1e-5)
+    posterior, level_posterior = model.item_posteriors(block, state, params)
+    assert posterior.dtype == level_posterior.dtype == np.float64
+
+
+def test_inverse_cdf_never_draws_a_zero_weight_column():
+    """Single-precision weights from ``shifted_exp`` (float64 row totals) and ``_inverse_cdf`` (float64
+    partial sums in the same order): a column of weight 0 is never drawn, even with uniforms next to 1."""
+    rng = np.random.default_rng(0)
+    log_scores = np.asfortranarray(rng.standard_normal((100_000, 10)).astype(np.float32) * 3)
+    log_scores[:, [4, 9]] = -np.inf
+    weights, total, _ = shifted_exp(log_scores, axis=1)
+    assert weights.dtype == np.float32 and total.dtype == np.float64
+    for u in (0.0, 0.5, 1.0 - 1e-12, np.nextafter(1.0, 0.0), rng.random(len(weights))):
+        idx = _inverse_cdf(weights, u * total[:, 0])
+        assert not np.isin(idx, (4, 9)).any()

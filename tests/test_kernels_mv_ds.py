@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from crowdspark.block import build_blocks
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import ConvergenceWarning, finish_fn, fit
 from crowdspark.errors import ConfigError
-from crowdspark.models.common import argmax_random_ties
+from crowdspark.models.common import argmax_random_ties, incidence, label_loglik
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.models.majority_vote import MajorityVote
 from crowdspark.rng import uniforms
@@ -168,3 +169,20 @@ def test_ds_recovers_planted_confusion_matrices():
     assert np.max(np.abs(estimated[busy] - true_pi[busy])) < 0.05
     np.testing.assert_allclose(np.exp(result.params["log_alpha"]), planted["alpha"], atol=0.02)
     assert error_rate(results) < 0.05
+
+
+def test_incidence_per_dtype_shares_the_index_arrays():
+    """One incidence matrix per dtype, memoized on the block, sharing the index arrays; the single-precision
+    per-label log-likelihood matches the double one."""
+    rng = np.random.default_rng(3)
+    items = np.repeat(np.arange(300), 5).astype(str).astype(object)
+    block = build_blocks(items, rng.integers(0, 12, items.size), rng.integers(0, 3, items.size), None)[0]
+    double = incidence(block, 12, 3)
+    single = incidence(block, 12, 3, np.float32)
+    assert double.dtype == np.float64 and single.dtype == np.float32
+    assert np.shares_memory(single.indices, double.indices) and np.shares_memory(single.indptr, double.indptr)
+    assert incidence(block, 12, 3, np.float32) is single
+    log_pi = np.log(rng.dirichlet(np.ones(3), size=(12, 2, 3)))
+    ll32 = label_loglik(block, log_pi.astype(np.float32))
+    assert ll32.dtype == np.float32
+    np.testing.assert_allclose(ll32, label_loglik(block, log_pi), rtol=1e-5)

@@ -76,24 +76,30 @@ def per_item_sum(block: Block, values: np.ndarray) -> np.ndarray:
     return np.add.reduceat(values, block.offsets[:-1], axis=0)
 
 
-def incidence(block: Block, n_workers: int, n_classes: int) -> sp.csc_matrix:
-    """The block's label incidence matrix ``A``, shape (K * C, n).
+def incidence(block: Block, n_workers: int, n_classes: int, dtype: type = np.float64) -> sp.csc_matrix:
+    """The block's label incidence matrix ``A``, shape (K * C, n), with values of ``dtype``.
 
     ``A[k * C + c, i]`` is the number of labels ``c`` worker ``k`` gave item ``i`` (duplicates count).
     Labels are grouped by item, so this is a CSC matrix over the block's own arrays (``offsets`` is its
     column pointer): building it costs one pass over the labels.  Sums over labels become sparse-dense
     products: ``A.T @ table`` gathers and adds per-label table rows per item (the E-step), ``A @ resp``
-    adds per-item weights per (worker, label) (the M-step's expected counts).  Memoized on the block for
-    the life of the Python object (never pickled, see :class:`~crowdspark.block.Block`).
+    adds per-item weights per (worker, label) (the M-step's expected counts).  A product with a table of
+    another dtype would copy ``A`` to the common type every call, so one matrix per dtype is memoized on
+    the block for the life of the Python object (they share the index arrays; never pickled, see
+    :class:`~crowdspark.block.Block`).
     """
     shape = (n_workers * n_classes, block.n_items)
+    dtype = np.dtype(dtype)
     cached = block.__dict__.get("_incidence")
-    if cached is not None and cached.shape == shape:
-        return cached
-    flat = block.worker.astype(np.int64) * n_classes + block.label
-    matrix = sp.csc_matrix((np.ones(block.n_labels), flat, block.offsets), shape=shape)
-    object.__setattr__(block, "_incidence", matrix)
-    return matrix
+    if cached is None or next(iter(cached.values())).shape != shape:
+        flat = block.worker.astype(np.int64) * n_classes + block.label
+        cached = {np.dtype(np.float64): sp.csc_matrix((np.ones(block.n_labels), flat, block.offsets), shape=shape)}
+        object.__setattr__(block, "_incidence", cached)
+    if dtype not in cached:
+        base = next(iter(cached.values()))
+        cached[dtype] = sp.csc_matrix((np.ones(block.n_labels, dtype=dtype), base.indices, base.indptr),
+                                      shape=shape, copy=False)
+    return cached[dtype]
 
 
 def label_cells(block: Block, stride: int) -> np.ndarray:
@@ -120,14 +126,14 @@ def label_loglik(block: Block, log_pi: np.ndarray) -> np.ndarray:
 
     Returns
     -------
-    ndarray, shape (n, ...)
+    ndarray, shape (n, ...), of ``log_pi``'s dtype, Fortran-ordered
         ``out[i, ...] = sum over labels (k, c) of item i of log_pi[k, ..., c]``.
     """
     n_workers, n_classes = log_pi.shape[0], log_pi.shape[-1]
     latent_shape = log_pi.shape[1:-1]
     # table[k * C + c, latent] = log_pi[k, latent..., c]
     table = np.moveaxis(log_pi, -1, 1).reshape(n_workers * n_classes, -1)
-    out = incidence(block, n_workers, n_classes).T @ table
+    out = incidence(block, n_workers, n_classes, log_pi.dtype).T @ table
     # items along the contiguous axis (Fortran order): the per-item reductions that follow (max, sum, the
     # posterior normalization) then run over contiguous columns, 3-6x faster than along short rows
     return to_fortran(out).reshape((block.n_items,) + latent_shape)
@@ -187,19 +193,19 @@ def shifted_exp(
 
     Returns
     -------
-    weights : ndarray, same shape as ``log_scores``
+    weights : ndarray, same shape and dtype as ``log_scores``
         ``exp(log_scores - max)``; the largest weight of each slice is 1.
-    total : ndarray
+    total : ndarray of float64
         Sum of ``weights`` over ``axis``, ``axis`` kept with length 1 (``weights / total`` are the
-        probabilities).
-    log_norm : ndarray
+        probabilities); accumulated in float64 whatever the scores' dtype.
+    log_norm : ndarray of float64
         ``logsumexp`` over ``axis`` (the log normalizer), with ``axis`` removed.
     """
     top = np.max(log_scores, axis=axis, keepdims=True)
     top = np.where(np.isfinite(top), top, 0.0)
     weights = np.subtract(log_scores, top, out=out)
     np.exp(weights, out=weights)
-    total = np.sum(weights, axis=axis, keepdims=True)
+    total = np.sum(weights, axis=axis, keepdims=True, dtype=np.float64)
     log_norm = np.log(total) + top
     return weights, total, np.squeeze(log_norm, axis=axis)
 
