@@ -1,18 +1,22 @@
 """Prototype (issue 5, an alternative design): difficulty as a temperature on every worker's log-probabilities.
 
-Usage: ``python scripts/experiments/difficulty_temper.py rte,temp,bluebird,web_search,web_search_filtered,syn0``
-(``synN`` = ``paper_synthetic(N)``).
+Usage: ``python scripts/experiments/difficulty_temper.py rte,temp,bluebird,web_search,web_search_filtered,syn0
+[--min-base-share 0.5]`` (``synN`` = ``paper_synthetic(N)``).
 
 Model: worker k has one matrix ``B[k] = softmax(theta[k])``; at level h it labels with
 ``pi[k, h, t, :] = softmax(tau[h] * theta[k, t, :])``, ``tau[0] = 1 >= tau[1] >= ...`` (a harder level flattens
 every worker's log-odds by the same factor, which keeps each worker's biases instead of mixing towards
 uniform as ``dds`` does).  MAP EM from majority vote, smoothing 0.5 as DS; the M-step for ``theta`` is a few
-diagonal Newton steps per row (it is not closed-form), ``tau`` by 1-D Newton steps.  Prints DS's error and
+diagonal Newton steps per row (it is not closed-form), ``tau`` by 1-D Newton steps.  ``--min-base-share b``
+constrains ``beta[0] >= b`` (the untempered level holds at least that share of the items; the constrained
+M-step sets ``beta[0] = b`` and shares the rest in proportion when the free one is below), a test of
+whether anchoring the base level removes the non-identified direction.  Prints DS's error and
 the prototype's, with the fitted ``tau`` and ``beta``.  Experiment code on the project's kernels
 (``label_loglik``, ``confusion_counts``), local only; not part of the library.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 import warnings
 from functools import partial
@@ -81,7 +85,7 @@ def e_step(blocks: list[Block], log_pi: np.ndarray, alpha: np.ndarray, beta: np.
 
 
 def fit_temper(blocks: list[Block], K: int, C: int, H: int = 2, s: float = 0.5, iters: int = 200,
-               tau_init: float = 0.5):
+               tau_init: float = 0.5, min_base_share: float = 0.0):
     """MAP EM from majority vote; returns (error %, tau, beta, iterations)."""
     shares = [vote_counts(b, C) / vote_counts(b, C).sum(1, keepdims=True) for b in blocks]
     N1 = sum(confusion_counts(b, r, K, C) for b, r in zip(blocks, shares))
@@ -97,6 +101,9 @@ def fit_temper(blocks: list[Block], K: int, C: int, H: int = 2, s: float = 0.5, 
         tau = m_step_tau(theta, N, tau)
         alpha = (classes + s) / (classes + s).sum()
         beta = (levels + s) / (levels + s).sum()
+        if beta[0] < min_base_share:
+            rest = levels[1:] + s
+            beta = np.concatenate([[min_base_share], (1.0 - min_base_share) * rest / rest.sum()])
         if abs(loglik - previous) < 1e-6 * abs(loglik):
             break
         previous = loglik
@@ -123,15 +130,19 @@ def ds_error(blocks: list[Block], K: int, C: int) -> float:
     return 100.0 * errors / n_gold
 
 
-def main(names: list[str]) -> None:
+def main(names: list[str], min_base_share: float = 0.0) -> None:
     warnings.simplefilter("ignore")
     for name in names:
         blocks, K, C = synthetic_blocks(int(name[3:])) if name.startswith("syn") else load(name)
         ds = ds_error(blocks, K, C)
-        error, tau, beta, iterations = fit_temper(blocks, K, C)
+        error, tau, beta, iterations = fit_temper(blocks, K, C, min_base_share=min_base_share)
         print(f"{name}: ds {ds:.2f} temper H=2 {error:.2f} ({error - ds:+.2f}) tau {np.round(tau, 3)} "
               f"beta {np.round(beta, 3)} iterations {iterations}", flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1].split(",") if len(sys.argv) > 1 else ["rte", "temp", "bluebird"])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("data", nargs="?", default="rte,temp,bluebird")
+    ap.add_argument("--min-base-share", type=float, default=0.0)
+    args = ap.parse_args()
+    main(args.data.split(","), args.min_base_share)
