@@ -14,6 +14,7 @@ from crowdspark.errors import ConfigError
 from crowdspark.models.common import shifted_exp
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.models.idbla_gibbs import (
+    SINGLE_PRECISION_MAX_LABELS,
     SWEEP_DTYPE,
     Bcc,
     FixedIdbla,
@@ -243,3 +244,23 @@ def test_inverse_cdf_never_draws_a_zero_weight_column():
     for u in (0.0, 0.5, 1.0 - 1e-12, np.nextafter(1.0, 0.0), rng.random(len(weights))):
         idx = _inverse_cdf(weights, u * total[:, 0])
         assert not np.isin(idx, (4, 9)).any()
+
+
+def test_blocks_with_many_labels_per_item_sweep_in_double_precision():
+    """The rounding of a float32 sum grows with the number of labels summed: a block with an item of more
+    than SINGLE_PRECISION_MAX_LABELS labels builds its table in float64, from the same float32 log tables."""
+    rng = np.random.default_rng(1)
+    C, K = 3, 50
+    sizes = {"small": 10, "big": SINGLE_PRECISION_MAX_LABELS + 1}
+    blocks = {}
+    for name, per_item in sizes.items():
+        items = np.repeat(np.array([f"i{j}" for j in range(20)], dtype=object), per_item)
+        blocks[name] = build_blocks(items, rng.integers(0, K, items.size), rng.integers(0, C, items.size), None)[0]
+    model = IdblaGibbs(K, C, n_levels=2)
+    pi = rng.dirichlet(np.ones(C) + 3 * np.eye(C)[0], size=(K, 2, C))
+    tables = model.log_tables(pi, np.full(C, 1 / C), np.full(2, 0.5), SWEEP_DTYPE)
+    assert model.joint_log_table(blocks["small"], tables).dtype == np.float32
+    big = model.joint_log_table(blocks["big"], tables)
+    assert big.dtype == np.float64
+    exact = model.joint_log_table(blocks["big"], {k: v.astype(np.float64) for k, v in tables.items()})
+    np.testing.assert_array_equal(big, exact)

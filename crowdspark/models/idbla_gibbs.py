@@ -86,6 +86,7 @@ __all__ = [
     "collapsed_log_marginal",
     "diagnose_levels",
     "SWEEP_DTYPE",
+    "SINGLE_PRECISION_MAX_LABELS",
 ]
 
 log = logging.getLogger(__name__)
@@ -95,12 +96,17 @@ _STREAM_T = 0
 _STREAM_Q = 1
 _TINY = 1e-300
 # The sweeps' per-item tables (ll, the joint weights) are float32: they only choose a draw and feed
-# Monte Carlo averages, whose error (~1/sqrt(kept samples)) dwarfs float32's relative 6e-8, and single
-# precision halves the memory traffic of the sweep's three largest steps (the sparse product, the copy to
-# Fortran order and exp), measured 0.19 -> 0.10 s per sweep at 10M labels.  Sums that leave a block (row
-# totals, log evidence, the kept posteriors) and every final result (``item_posteriors``, model selection)
-# are float64; the driver's parameters are float64 throughout.
+# Monte Carlo averages, and single precision halves the memory traffic of the sweep's three largest steps
+# (the sparse product, the copy to Fortran order and exp), measured 0.19 -> 0.10 s per sweep at 10M labels.
+# The rounding of a float32 sum grows with the item's number of labels: measured on contested items (labels
+# split between two classes, scripts/experiments/sweep_precision.py), the largest error of a log weight is
+# 4.5e-6 at 10 labels, 2.6e-4 at 256, 2e-3 at 1000 and 1.9e-2 at 4000.  So a block with an item of more than SINGLE_PRECISION_MAX_LABELS labels builds
+# its table in float64 (the float32 log tables it receives are exact to 6e-8 per cell, an input error that
+# does not accumulate like the rounding of the sum).  Sums that leave a block (row totals, log evidence, the
+# kept posteriors) and every final result (``item_posteriors``, model selection) are float64; the driver's
+# parameters are float64 throughout.
 SWEEP_DTYPE = np.float32
+SINGLE_PRECISION_MAX_LABELS = 256
 
 
 def draw_dirichlet(rng: np.random.Generator, concentration: np.ndarray) -> np.ndarray:
@@ -122,6 +128,15 @@ def draw_dirichlet(rng: np.random.Generator, concentration: np.ndarray) -> np.nd
 def _log_pi(pi: np.ndarray) -> np.ndarray:
     """``log pi``, floored at log(1e-300) (a Dirichlet draw can underflow to 0)."""
     return np.log(np.maximum(pi, _TINY))
+
+
+def _max_labels_per_item(block: Block) -> int:
+    """The largest number of labels of one item of ``block`` (memoized on the block, like the incidence)."""
+    cached = block.__dict__.get("_max_labels_per_item")
+    if cached is None:
+        cached = int(block.labels_per_item().max(initial=0))
+        object.__setattr__(block, "_max_labels_per_item", cached)
+    return cached
 
 
 def _inverse_cdf(weights: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -381,8 +396,11 @@ class IdblaGibbs(IdblaInit):
         """``log alpha_t + log beta_h + ll[i, h, t]``, shape (n, H, C), a new Fortran-ordered array of the
         tables' dtype.
 
-        ``tables`` as made by :meth:`log_tables`.
+        ``tables`` as made by :meth:`log_tables`; single-precision tables are used in double precision for a
+        block with an item of more than ``SINGLE_PRECISION_MAX_LABELS`` labels (see ``SWEEP_DTYPE``).
         """
+        if tables["log_pi"].dtype != np.float64 and _max_labels_per_item(block) > SINGLE_PRECISION_MAX_LABELS:
+            tables = {key: value.astype(np.float64) for key, value in tables.items()}
         table = label_loglik(block, tables["log_pi"])  # (n, H, C), a new array
         table += tables["log_prior"]
         return table
