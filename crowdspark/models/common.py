@@ -89,17 +89,19 @@ def incidence(block: Block, n_workers: int, n_classes: int, dtype: type = np.flo
     :class:`~crowdspark.block.Block`).
     """
     shape = (n_workers * n_classes, block.n_items)
-    dtype = np.dtype(dtype)
-    cached = block.__dict__.get("_incidence")
-    if cached is None or next(iter(cached.values())).shape != shape:
+    cached = block.__dict__.get("_incidence")  # (shape, {dtype: matrix})
+    if cached is None or cached[0] != shape:
         flat = block.worker.astype(np.int64) * n_classes + block.label
-        cached = {np.dtype(np.float64): sp.csc_matrix((np.ones(block.n_labels), flat, block.offsets), shape=shape)}
+        double = sp.csc_matrix((np.ones(block.n_labels), flat, block.offsets), shape=shape)
+        cached = (shape, {np.dtype(np.float64): double})
         object.__setattr__(block, "_incidence", cached)
-    if dtype not in cached:
-        base = next(iter(cached.values()))
-        cached[dtype] = sp.csc_matrix((np.ones(block.n_labels, dtype=dtype), base.indices, base.indptr),
-                                      shape=shape, copy=False)
-    return cached[dtype]
+    matrices = cached[1]
+    dtype = np.dtype(dtype)
+    if dtype not in matrices:
+        base = matrices[np.dtype(np.float64)]
+        values = np.ones(block.n_labels, dtype=dtype)
+        matrices[dtype] = sp.csc_matrix((values, base.indices, base.indptr), shape=shape, copy=False)
+    return matrices[dtype]
 
 
 def label_cells(block: Block, stride: int) -> np.ndarray:

@@ -100,11 +100,11 @@ _TINY = 1e-300
 # (the sparse product, the copy to Fortran order and exp), measured 0.19 -> 0.10 s per sweep at 10M labels.
 # The rounding of a float32 sum grows with the item's number of labels: measured on contested items (labels
 # split between two classes, scripts/experiments/sweep_precision.py), the largest error of a log weight is
-# 4.5e-6 at 10 labels, 2.6e-4 at 256, 2e-3 at 1000 and 1.9e-2 at 4000.  So a block with an item of more than SINGLE_PRECISION_MAX_LABELS labels builds
-# its table in float64 (the float32 log tables it receives are exact to 6e-8 per cell, an input error that
-# does not accumulate like the rounding of the sum).  Sums that leave a block (row totals, log evidence, the
-# kept posteriors) and every final result (``item_posteriors``, model selection) are float64; the driver's
-# parameters are float64 throughout.
+# 4.5e-6 at 10 labels, 2.6e-4 at 256, 2e-3 at 1000 and 1.9e-2 at 4000.  So a block with an item of more
+# than SINGLE_PRECISION_MAX_LABELS labels builds its table in float64 (the float32 log tables it receives
+# are exact to 6e-8 per cell, an input error that does not accumulate like the rounding of the sum).  Sums
+# that leave a block (row totals, log evidence, the kept posteriors) and every final result
+# (``item_posteriors``, model selection) are float64; the driver's parameters are float64 throughout.
 SWEEP_DTYPE = np.float32
 SINGLE_PRECISION_MAX_LABELS = 256
 
@@ -144,9 +144,10 @@ def _inverse_cdf(weights: np.ndarray, target: np.ndarray) -> np.ndarray:
 
     With ``target = u * weights.sum(axis=1)`` and ``u`` uniform on [0, 1), index j is drawn with
     probability ``weights[:, j] / weights.sum(axis=1)`` (the weights need not be normalized, and may be
-    float32: the partial sums are float64, like :func:`~crowdspark.models.common.shifted_exp`'s totals).  The partial
-    sums are accumulated one column at a time (columns are contiguous in the kernels' Fortran-ordered
-    tables, and ``np.cumsum`` along short rows is several times slower).
+    float32: the partial sums are float64, like :func:`~crowdspark.models.common.shifted_exp`'s totals, and
+    added in the same order, so a column of weight 0 is never drawn).  The partial sums are accumulated one
+    column at a time (columns are contiguous in the kernels' Fortran-ordered tables, and ``np.cumsum``
+    along short rows is several times slower).
 
     Returns
     -------
@@ -641,8 +642,9 @@ class Bcc(IdblaGibbs):
 def paper_preset(model: IdblaGibbs, n_levels: int | None = None) -> IdblaGibbs:
     """``model`` with the paper's settings (section 5.2).
 
-    omega = gamma_alpha = gamma_beta = 1, no diagonal prior (BCC keeps its prior), 500 kept samples, the paper's ``scheme``,
-    no smoothing in the initial counting (a tiny pseudo-count avoids 0/0), Fixed-IDBLA's delta uncapped.
+    omega = gamma_alpha = gamma_beta = 1, no diagonal prior (BCC keeps its prior), 500 kept samples, the
+    paper's ``scheme``, no smoothing in the initial counting (a tiny pseudo-count avoids 0/0), Fixed-IDBLA's
+    delta uncapped.
     ``n_levels`` should be chosen with :func:`crowdspark.model_selection.choose_levels` and
     ``criterion="paper"``.
     """
