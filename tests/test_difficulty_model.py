@@ -210,6 +210,18 @@ def test_bic_finds_planted_levels_and_none_in_dawid_skene_data(planted):
     assert ds_choice.chosen == 1
 
 
+def test_icl_adds_twice_the_level_entropy_to_bic_and_finds_planted_levels(planted):
+    blocks, K, _, _ = planted
+    choice = choose_levels_ds(lambda h: DifficultyDawidSkene(K, 4, n_levels=h), LocalEngine(blocks), (1, 2),
+                              criterion="icl")
+    assert choice.chosen == 2 and choice.criterion == "icl"
+    one, two = choice.table
+    assert one["level_entropy"] == pytest.approx(0.0, abs=1e-9) and one["icl"] == pytest.approx(one["bic"])
+    assert two["level_entropy"] > 0.0 and two["icl"] == pytest.approx(two["bic"] + 2 * two["level_entropy"])
+    # the joint (level, class) entropy bounds the level entropy from above
+    assert two["joint_entropy"] >= two["level_entropy"]
+
+
 # ---- validation ------------------------------------------------------------------------------------------
 
 
@@ -233,7 +245,7 @@ def test_invalid_parameters_are_rejected(fields, message):
 
 def test_choose_levels_rejects_unknown_criterion_and_bad_levels():
     engine = LocalEngine([])
-    with pytest.raises(ConfigError, match=r"criterion must be one of \['bic', 'aic'\], but got 'paper'"):
+    with pytest.raises(ConfigError, match=r"criterion must be one of \['bic', 'aic', 'icl'\], but got 'paper'"):
         choose_levels_ds(lambda h: DifficultyDawidSkene(4, 3, n_levels=h), engine, criterion="paper")
     with pytest.raises(ConfigError, match=r"levels must be an integer >= 1, but got 0"):
         choose_levels_ds(lambda h: DifficultyDawidSkene(4, 3, n_levels=h), engine, levels=(0, 1))

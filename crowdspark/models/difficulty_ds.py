@@ -91,7 +91,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: criteria of :func:`choose_levels_ds` (all: lower is better)
-LEVEL_CRITERIA = ("bic", "aic")
+LEVEL_CRITERIA = ("bic", "aic", "icl")
 #: noise distributions of the hard share of a label (see ``DifficultyDawidSkene.noise``)
 NOISE_CHOICES = ("uniform", "worker", "labels")
 #: ``uniforms`` stream of the level tie-break (stream 0 breaks ties of the class label)
@@ -434,8 +434,8 @@ class LevelChoiceDS:
     Attributes
     ----------
     table : list of dict
-        One row per H: ``n_levels``, ``log_evidence``, ``n_params``, ``bic``, ``aic``, ``level_noise``,
-        ``level_proportions``, ``n_iter``, ``converged``.
+        One row per H: ``n_levels``, ``log_evidence``, ``n_params``, ``bic``, ``aic``, ``level_entropy``,
+        ``joint_entropy``, ``icl``, ``level_noise``, ``level_proportions``, ``n_iter``, ``converged``.
     chosen : int
         The H with the lowest criterion.
     criterion : str
@@ -447,9 +447,15 @@ class LevelChoiceDS:
 
 
 def evidence_block(model: DifficultyDawidSkene, block: Block, state: State, params: Any) -> tuple[State, Stats]:
-    """Block function: ``sum_i log p(L_i | B, w, alpha, beta)`` at ``params`` (use with ``stateful=False``)."""
-    _, log_evidence = dds_e_step(block, params)
-    return state, {"log_evidence": np.array(float(log_evidence.sum()))}
+    """Block function, at ``params`` (use with ``stateful=False``): ``log_evidence`` = ``sum_i log p(L_i | B,
+    w, alpha, beta)``; ``level_entropy`` = ``-sum_i sum_h r_ih log r_ih`` of the items' level posteriors;
+    ``joint_entropy`` the same for their joint (level, class) posteriors."""
+    resp, log_evidence = dds_e_step(block, params)
+    levels = resp.sum(axis=2)  # (n, H)
+    entropy = -float(np.sum(levels * np.log(np.maximum(levels, 1e-300))))
+    joint = -float(np.sum(resp * np.log(np.maximum(resp, 1e-300))))
+    return state, {"log_evidence": np.array(float(log_evidence.sum())), "level_entropy": np.array(entropy),
+                   "joint_entropy": np.array(joint)}
 
 
 def _level_row(model: DifficultyDawidSkene, engine: Engine) -> dict[str, Any]:
@@ -462,12 +468,16 @@ def _level_row(model: DifficultyDawidSkene, engine: Engine) -> dict[str, Any]:
     n_params = model.n_free_parameters()
     n_labels = float(result.counts["n_labels"])
     summary = model.summary(result.params)
+    bic = -2.0 * log_evidence + n_params * math.log(max(n_labels, 1.0))
     return {
         "n_levels": model.n_levels,
         "log_evidence": log_evidence,
         "n_params": n_params,
-        "bic": -2.0 * log_evidence + n_params * math.log(max(n_labels, 1.0)),
+        "bic": bic,
         "aic": -2.0 * log_evidence + 2.0 * n_params,
+        "level_entropy": float(stats["level_entropy"]),
+        "joint_entropy": float(stats["joint_entropy"]),
+        "icl": bic + 2.0 * float(stats["level_entropy"]),
         "level_noise": summary["level_noise"],
         "level_proportions": summary["level_proportions"],
         "n_iter": result.n_iter,
@@ -492,8 +502,10 @@ def choose_levels_ds(
         the local and the Spark engine give the same choice.
     levels : iterable of int
         Candidate H values (each >= 1).
-    criterion : {"bic", "aic"}
-        ``-2 log p(L | B, w, alpha, beta) + n_params * log(m)`` (BIC) or ``+ 2 n_params`` (AIC).
+    criterion : {"bic", "aic", "icl"}
+        ``-2 log p(L | B, w, alpha, beta) + n_params * log(m)`` (BIC), ``+ 2 n_params`` (AIC), or BIC plus
+        twice the entropy of the items' level posteriors (ICL, the integrated completed likelihood of
+        Biernacki, Celeux & Govaert 2000: it also charges levels that do not separate the items clearly).
 
     Returns
     -------

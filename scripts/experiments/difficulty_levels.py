@@ -1,4 +1,4 @@
-"""BIC / AIC / log-evidence of difficulty Dawid-Skene for H = 1..3 on every dataset.
+"""BIC / AIC / ICL / log-evidence of difficulty Dawid-Skene for H = 1..3 on every dataset.
 
 Usage: ``.venv/bin/python scripts/experiments/difficulty_levels.py [--noise uniform]``
 
@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--noise", default="uniform")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
-    print("| data | log evidence H=1, 2, 3 | BIC H=1, 2, 3 | AIC H=1, 2, 3 | BIC picks | AIC picks | w (H=2) "
-          "| beta (H=2) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| data | log evidence H=1, 2, 3 | BIC H=1, 2, 3 | AIC H=1, 2, 3 | ICL H=1, 2, 3 | ICL (joint) H=1, 2, 3 "
+          "| BIC picks | AIC picks | ICL picks | ICL (joint) picks | w (H=2) | beta (H=2) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in ("planted",) + REAL + ("synthetic",):
         if name == "planted":
             blocks, K, C = planted_blocks()
@@ -52,10 +52,15 @@ def main(argv: list[str] | None = None) -> None:
         choice = choose_levels_ds(make, LocalEngine(blocks), (1, 2, 3))
         rows = choice.table
         aic = min(rows, key=lambda r: r["aic"])["n_levels"]
+        icl = min(rows, key=lambda r: r["icl"])["n_levels"]
         fmt = lambda key: ", ".join(f"{r[key]:.0f}" for r in rows)  # noqa: E731
         w = [round(x, 2) for x in rows[1]["level_noise"]]
         beta = [round(x, 2) for x in rows[1]["level_proportions"]]
-        cells = [fmt("log_evidence"), fmt("bic"), fmt("aic"), choice.chosen, aic, w, beta]
+        for r in rows:  # ICL with the entropy of the joint (level, class) posteriors instead of the levels'
+            r["icl_joint"] = r["bic"] + 2.0 * r["joint_entropy"]
+        icl_joint = min(rows, key=lambda r: r["icl_joint"])["n_levels"]
+        cells = [fmt("log_evidence"), fmt("bic"), fmt("aic"), fmt("icl"), fmt("icl_joint"), choice.chosen, aic, icl,
+                 icl_joint, w, beta]
         print(f"| {name} | " + " | ".join(str(c) for c in cells) + " |")
 
 
