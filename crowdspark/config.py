@@ -95,8 +95,10 @@ class EngineConfig:
 
     ``name``: ``spark`` or ``local``.  ``partitions``: Spark partitions of the item blocks (0 = the
     context's default parallelism, i.e. the number of cores, or one per 4M labels if that is more).  ``max_block_labels``: largest number of
-    labels in one block.  ``checkpoint_interval``: stateful models truncate the lineage every this many
-    sweeps.  ``tree_depth``: depth of ``treeAggregate``.  ``checkpoint_dir`` and ``checkpoint_every``:
+    labels in one block.  ``checkpoint_interval``: with one Spark job per sweep, stateful models truncate the
+    lineage every this many sweeps.  ``session_sweeps``: a sweep session of a stateful model ends (its
+    states cached with a truncated lineage) after this many sweeps; a task failure replays at most that
+    many.  ``tree_depth``: depth of ``treeAggregate``.  ``checkpoint_dir`` and ``checkpoint_every``:
     save the fit's state every this many sweeps and resume from it when the same run is started again
     (0 = off).  ``inject_task_failure``: test-only; the first attempt of partition 0 fails at that sweep
     (0 = off), to show that a retried task does not change the result.  ``resident_blocks``: keep the
@@ -116,6 +118,7 @@ class EngineConfig:
     partitions: int = 0
     max_block_labels: int = 2_000_000
     checkpoint_interval: int = 10
+    session_sweeps: int = 100
     tree_depth: int = 2
     checkpoint_dir: str = ""
     checkpoint_every: int = 0
@@ -140,6 +143,7 @@ class EngineConfig:
         check_int("engine.partitions", self.partitions, minimum=0)
         check_int("engine.max_block_labels", self.max_block_labels, minimum=1)
         check_int("engine.checkpoint_interval", self.checkpoint_interval, minimum=1)
+        check_int("engine.session_sweeps", self.session_sweeps, minimum=1)
         check_int("engine.tree_depth", self.tree_depth, minimum=1)
 
 

@@ -622,6 +622,7 @@ def fit_spark_frames(
     engine = SparkEngine(
         block_rdd(labels, gold, n_partitions, config.engine.max_block_labels),
         checkpoint_interval=config.engine.checkpoint_interval,
+        session_sweeps=config.engine.session_sweeps,
         tree_depth=config.engine.tree_depth,
         inject_task_failure=config.engine.inject_task_failure,
         resident_blocks=config.engine.resident_blocks,

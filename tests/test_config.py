@@ -55,6 +55,7 @@ def test_set_values_are_read_as_toml_then_as_strings():
         (["input.classes=a"], r"input.classes must be a list"),
         (["engine.name=flink"], r"engine.name must be one of \['spark', 'local'\], but got 'flink'"),
         (["engine.max_block_labels=0"], r"engine.max_block_labels must be an integer >= 1, but got 0"),
+        (["engine.session_sweeps=0"], r"engine.session_sweeps must be an integer >= 1, but got 0"),
         (["bogus=1"], r"unknown configuration key 'bogus'"),
         (["seed=1.5"], r"seed must be an integer, but got 1.5"),
     ],

@@ -162,7 +162,7 @@ SHORT_CHAIN = ["{alg}.burn_in=10", "{alg}.n_samples=10"]
 @pytest.mark.parametrize("algorithm", ["idbla", "fixed-idbla", "bcc"])
 def test_samplers_are_identical_on_both_engines_and_any_partitioning(spark, tmp_path, algorithm):
     labels, gold = str(DATA / "temp" / "labels.csv"), str(DATA / "temp" / "truth.csv")
-    extra = [s.format(alg=algorithm) for s in SHORT_CHAIN] + ["engine.checkpoint_interval=4"]
+    extra = [s.format(alg=algorithm) for s in SHORT_CHAIN] + ["engine.checkpoint_interval=4", "engine.session_sweeps=4"]
     local = run_engine(None, "local", labels, gold, tmp_path / "local", algorithm, extra=extra)
     local_items = read_items(str(tmp_path / "local"))
     for partitions in (1, 8):
@@ -317,7 +317,7 @@ def test_input_bytes_is_unknown_for_frames_built_in_memory(spark):
 @pytest.mark.parametrize("inject", [0, 5])
 def test_stateful_sessions_roll_over_replay_after_a_failure_and_equal_the_local_engine(spark, inject):
     report = _damped_em_local_and_spark(
-        spark, 9, checkpoint_interval=4, sweep_mode="session", inject_task_failure=inject
+        spark, 9, checkpoint_interval=4, session_sweeps=4, sweep_mode="session", inject_task_failure=inject
     )
     # 10 requests (the initialization and 9 sweeps), at most 4 per session
     assert report == {"enabled": True, "sessions": 3, "task_restarts": int(bool(inject))}

@@ -399,7 +399,8 @@ def test_spark_engine_matches_local_engine(spark, rte, n_partitions) -> None:
     model = IdblaCvb(rte[1], rte[2], max_iter=12)
     with pytest.warns(ConvergenceWarning):
         r_local, items_local = _fit(model, blocks)
-    engine = SparkEngine(spark.sparkContext.parallelize(blocks, n_partitions), checkpoint_interval=5)
+    engine = SparkEngine(spark.sparkContext.parallelize(blocks, n_partitions), checkpoint_interval=5,
+                         session_sweeps=5)
     try:
         with pytest.warns(ConvergenceWarning):
             r_spark = fit(model, engine)

@@ -108,7 +108,8 @@ def _kill_at(monkeypatch, sweep_to_die):
 def test_resume_after_a_killed_driver_equals_an_uninterrupted_run(request, tmp_path, monkeypatch, engine, algorithm):
     spark = request.getfixturevalue("spark") if engine == "spark" else None
     chain = [f"{algorithm}.burn_in=6", f"{algorithm}.n_samples=8"] if algorithm == "idbla" else ["ds.tol=0", "ds.max_iter=14"]
-    base = [*chain, "engine.partitions=3", "engine.checkpoint_interval=3", "engine.small_input_bytes=0"]
+    base = [*chain, "engine.partitions=3", "engine.checkpoint_interval=3", "engine.session_sweeps=3",
+            "engine.small_input_bytes=0"]
     with_cp = [*base, f"engine.checkpoint_dir={tmp_path / 'cp'}", "engine.checkpoint_every=5"]
     clean = load_config(overrides=base, algorithm=algorithm, engine_name=engine, seed=4)
     aggregate(clean, *TEMP[:1], str(tmp_path / "clean"), gold_path=TEMP[1], spark=spark)

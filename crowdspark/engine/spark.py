@@ -128,7 +128,11 @@ class SparkEngine(Engine):
     blocks : pyspark.RDD of Block
         Blocks partitioned by item (see :func:`crowdspark.spark_data.block_rdd`).
     checkpoint_interval : int
-        Stateful models truncate the lineage every this many sweeps.
+        With one Spark job per sweep, stateful models truncate the lineage every this many sweeps.
+    session_sweeps : int
+        A sweep session of a stateful model ends after this many sweeps (its states are then cached with a
+        truncated lineage, and a task failure replays at most this many sweeps); each end costs about 1 s
+        at 10M labels.
     tree_depth : int
         Depth of ``treeAggregate``.
     inject_task_failure : int
@@ -148,6 +152,7 @@ class SparkEngine(Engine):
         blocks,
         *,
         checkpoint_interval: int = 10,
+        session_sweeps: int = 100,
         tree_depth: int = 2,
         inject_task_failure: int = 0,
         resident_blocks: str = "auto",
@@ -158,6 +163,7 @@ class SparkEngine(Engine):
         self._storage = StorageLevel.MEMORY_AND_DISK
         self.sc = blocks.context
         self.checkpoint_interval = checkpoint_interval
+        self.session_sweeps = session_sweeps
         self.tree_depth = tree_depth
         self.inject_task_failure = inject_task_failure
         self.engine_id = uuid.uuid4().hex[:16]
@@ -200,8 +206,9 @@ class SparkEngine(Engine):
         """A fit starts: with sessions on, its sweeps run in sweep sessions (:mod:`crowdspark.engine.session`).
 
         Sessions start at the fit's first sweep.  A session of a model with per-item state ends every
-        ``checkpoint_interval`` sweeps (its states become the new cached RDD, with a truncated lineage)
-        and before anything else needs the cluster (checkpoints, item results).
+        ``session_sweeps`` sweeps (its states become the new cached RDD, with a truncated lineage), when
+        its replay log passes 256 MiB, and before anything else needs the cluster (checkpoints, item
+        results).
         """
         self._in_fit = self._in_fit or self.sessions
 
@@ -249,7 +256,7 @@ class SparkEngine(Engine):
             session = self._session
             if session is not None and (
                 session.stateful != stateful
-                or (stateful and session.served >= self.checkpoint_interval)
+                or (stateful and session.served >= self.session_sweeps)
                 or session.replay_bytes > _MAX_REPLAY_BYTES
             ):
                 self._close_session()
