@@ -121,8 +121,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return execute(args, command_line("crowdspark reproduce", argv[1:]))
     if args.command == "algorithms":
         from crowdspark.algorithms import algorithm_names, hyperparameters
+        from crowdspark.runner import AUTO_LEVELS
 
-        print(json.dumps({name: hyperparameters(name) for name in algorithm_names()}, indent=2, default=str))
+        listing = {name: hyperparameters(name) for name in algorithm_names()}
+        for name, levels in AUTO_LEVELS.items():  # H is chosen at run time unless it is set
+            listing[name]["n_levels"] = f"chosen among {levels} by BIC unless set"
+        print(json.dumps(listing, indent=2, default=str))
         return EXIT_OK
     try:
         with warnings.catch_warnings():

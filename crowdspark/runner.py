@@ -83,6 +83,10 @@ def evaluate(model: Model, engine: Engine, params: Any) -> dict[str, Any]:
 SELECTION_KEYS = ("select_levels", "level_criterion")
 #: the paper's protocol (section 5.2): try several H, keep the largest log p(L | pi, T, Q)
 PAPER_LEVELS = {"idbla": [1, 2, 3, 4], "fixed-idbla": [2, 3, 4]}
+#: models whose H is chosen (by their default criterion) unless ``n_levels`` or ``select_levels`` is set:
+#: ``dds`` with H = 1 is exactly Dawid-Skene, so data without difficulty get no empty "hard" level
+#: (H = 3 never won on the bundled data, docs/difficulty_model.md)
+AUTO_LEVELS = {"dds": [1, 2]}
 
 
 @dataclass(frozen=True)
@@ -147,7 +151,8 @@ def fit_configured(
     ``<algorithm>.select_levels = [1, 2, 3]`` fits each H and keeps the best by ``level_criterion``
     (default ``"aic"`` for the IDBLA family, see :mod:`crowdspark.model_selection`; ``"bic"`` for ``dds``,
     see :func:`crowdspark.models.difficulty_ds.choose_levels_ds`); ``preset = "paper"`` implies the paper's
-    protocol (its criterion over :data:`PAPER_LEVELS`) unless ``select_levels`` is given.
+    protocol (its criterion over :data:`PAPER_LEVELS`) unless ``select_levels`` is given; a model of
+    :data:`AUTO_LEVELS` chooses among those H unless ``n_levels`` or ``select_levels`` is given.
 
     Returns
     -------
@@ -160,6 +165,8 @@ def fit_configured(
     criterion = params.pop("level_criterion", None)
     if candidates is None and params.get("preset") == "paper" and name in PAPER_LEVELS:
         candidates, criterion = PAPER_LEVELS[name], criterion or "paper"
+    if candidates is None and "n_levels" not in params and name in AUTO_LEVELS:
+        candidates = AUTO_LEVELS[name]
     selection = None
     if candidates is not None or criterion is not None:
         if "n_levels" not in hyperparameters(name):

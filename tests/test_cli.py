@@ -87,6 +87,7 @@ def test_algorithms_lists_parameters(capsys):
     assert main(["algorithms"]) == 0
     listing = json.loads(capsys.readouterr().out)
     assert listing["ds"] == {"max_iter": 100, "tol": 1e-6, "smoothing": 0.5}
+    assert listing["dds"]["n_levels"] == "chosen among [1, 2] by BIC unless set"
 
 
 @pytest.mark.spark

@@ -50,3 +50,18 @@ def test_selection_and_preset_errors(temp, overrides, algorithm, message):
     with pytest.raises(ConfigError, match=message):
         config = load_config(overrides=list(overrides), algorithm=algorithm, engine_name="local")
         aggregate_frames(config, *temp)
+
+
+def test_dds_chooses_h_unless_n_levels_is_given(temp):
+    """dds without n_levels chooses H among 1 and 2 by BIC (on TEMP: 1, i.e. Dawid-Skene, whose answers it then
+    gives); an explicit n_levels fixes H and reports no selection."""
+    config = load_config(algorithm="dds", engine_name="local")
+    summary = aggregate_frames(config, *temp).summary
+    selection = summary["level_selection"]
+    assert selection["criterion"] == "bic" and [row["n_levels"] for row in selection["table"]] == [1, 2]
+    assert selection["chosen"] == summary["parameters"]["n_levels"] == 1
+    ds = aggregate_frames(load_config(algorithm="ds", engine_name="local"), *temp).summary
+    assert summary["metrics"]["error_rate"] == ds["metrics"]["error_rate"]
+    fixed = aggregate_frames(load_config(overrides=["dds.n_levels=2"], algorithm="dds", engine_name="local"),
+                             *temp).summary
+    assert fixed["parameters"]["n_levels"] == 2 and fixed.get("level_selection") is None

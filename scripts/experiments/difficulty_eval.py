@@ -4,16 +4,18 @@ and on the paper-style synthetic set.
 Usage::
 
     .venv/bin/python scripts/experiments/difficulty_eval.py [--seeds 10] [--data rte,temp,...,synthetic]
-        [--models mv,ds,bcc,idbla,fixed-idbla,dds,dds-bic] [--variant NAME:key=value,key=value ...]
+        [--models mv,ds,bcc,idbla,fixed-idbla,dds,dds-H2,dds-bic] [--variant NAME:key=value,key=value ...]
 
 * Real datasets: stochastic models (bcc, idbla, fixed-idbla) run with seeds ``0..seeds-1``; EM models (ds,
   dds) start from majority vote and are deterministic (the seed only breaks exact ties), so they run once.
 * ``synthetic``: :func:`crowdspark.synthetic.paper_synthetic` with data seeds ``0..seeds-1`` (each model
   with the same seed as the data); the cell is the mean over the data seeds and "worst - DS" is taken per
   data seed.
-* ``dds`` is the default :class:`DifficultyDawidSkene`; ``dds-bic`` chooses H in 1..3 by BIC
-  (:func:`choose_levels_ds`); ``--variant name:key=value,...`` adds a ``dds`` column with other fields
-  (e.g. ``--variant w3:n_levels=3,noise=worker``); a variant with ``bic=1`` chooses H by BIC.
+* ``dds`` is what ``--algorithm dds`` runs: :class:`DifficultyDawidSkene` with H chosen among 1 and 2 by
+  BIC (``runner.AUTO_LEVELS``, since session 4); ``dds-H2`` fixes H = 2 (the default before);
+  ``dds-bic`` chooses H in 1..3 by BIC (:func:`choose_levels_ds`); ``--variant name:key=value,...`` adds a
+  ``dds`` column with other fields (e.g. ``--variant w3:n_levels=3,noise=worker``); a variant with
+  ``bic=1`` chooses H in 1..3 by BIC.
 * DS uses its defaults (smoothing 0.5, max_iter 100, tol 1e-6).
 
 Prints the error table (%), the mean over datasets, and per dataset the worst run of each dds column minus
@@ -44,6 +46,7 @@ from crowdspark.models.difficulty_ds import DifficultyDawidSkene, choose_levels_
 from crowdspark.models.idbla_gibbs import Bcc, FixedIdbla, IdblaGibbs  # noqa: E402
 from crowdspark.models.majority_vote import MajorityVote  # noqa: E402
 from crowdspark.synthetic import paper_synthetic  # noqa: E402
+from crowdspark.runner import AUTO_LEVELS  # noqa: E402
 
 REAL = ("rte", "web_search", "web_search_filtered", "temp", "bluebird")
 STOCHASTIC = {"bcc": Bcc, "idbla": IdblaGibbs, "fixed-idbla": FixedIdbla}
@@ -71,13 +74,16 @@ def error_of(model, blocks: list[Block]) -> tuple[float, dict]:
 
 
 def dds_error(fields: dict, blocks: list[Block], K: int, C: int, seed: int) -> tuple[float, str]:
-    """Error of a dds configuration (H by BIC when ``fields["bic"]``) and a note (H, w)."""
+    """Error of a dds configuration (H by BIC when ``fields["bic"]``: among 1..3, or among the H it lists)
+    and a note (H, w)."""
     fields = dict(fields)
-    if fields.pop("bic", False):
+    bic = fields.pop("bic", False)
+    if bic:
         def make(h: int) -> DifficultyDawidSkene:
             return DifficultyDawidSkene(K, C, seed=seed, **{**fields, "n_levels": h})
 
-        choice = choose_levels_ds(make, LocalEngine(blocks), levels=(1, 2, 3))
+        levels = tuple(bic) if isinstance(bic, (tuple, list)) else (1, 2, 3)
+        choice = choose_levels_ds(make, LocalEngine(blocks), levels=levels)
         fields["n_levels"] = choice.chosen
     err, summary = error_of(DifficultyDawidSkene(K, C, seed=seed, **fields), blocks)
     w = np.round(summary["level_noise"], 2).tolist()
@@ -103,7 +109,9 @@ def run_dataset(name: str, models: list[str], variants: dict[str, dict], n_seeds
                 elif m == "ds":
                     out[m].append((error_of(DawidSkene(K, C, seed=seed), blocks)[0], ""))
                 elif m == "dds":
-                    out[m].append(dds_error({}, blocks, K, C, seed))
+                    out[m].append(dds_error({"bic": AUTO_LEVELS["dds"]}, blocks, K, C, seed))
+                elif m == "dds-H2":
+                    out[m].append(dds_error({"n_levels": 2}, blocks, K, C, seed))
                 elif m == "dds-bic":
                     out[m].append(dds_error({"bic": True}, blocks, K, C, seed))
         for v, fields in variants.items():
@@ -128,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--data", default=",".join(REAL + ("synthetic",)))
-    parser.add_argument("--models", default="mv,ds,bcc,idbla,fixed-idbla,dds,dds-bic")
+    parser.add_argument("--models", default="mv,ds,bcc,idbla,fixed-idbla,dds,dds-H2,dds-bic")
     parser.add_argument("--variant", action="append", default=[])
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
