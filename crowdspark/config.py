@@ -94,7 +94,7 @@ class EngineConfig:
     """How the work is run.
 
     ``name``: ``spark`` or ``local``.  ``partitions``: Spark partitions of the item blocks (0 = the
-    context's default parallelism, i.e. the number of cores, or one per 4M labels if that is more).  ``max_block_labels``: largest number of
+    context's default parallelism, i.e. the number of cores, or one per 4M labels if that is more, rounded up to a multiple of the cores).  ``max_block_labels``: largest number of
     labels in one block.  ``checkpoint_interval``: with one Spark job per sweep, stateful models truncate the
     lineage every this many sweeps.  ``session_sweeps``: a sweep session of a stateful model ends (its
     states cached with a truncated lineage) after this many sweeps; a task failure replays at most that

@@ -537,8 +537,15 @@ LABELS_PER_PARTITION = 4_000_000
 
 def default_partitions(spark, n_labels: int) -> int:
     """The cluster's default parallelism, or more partitions when each would hold over
-    :data:`LABELS_PER_PARTITION` labels (so block building stays within executor memory)."""
-    return max(spark.sparkContext.defaultParallelism, -(-n_labels // LABELS_PER_PARTITION))
+    :data:`LABELS_PER_PARTITION` labels (so block building stays within executor memory), rounded up to
+    a multiple of the parallelism.
+
+    The rounding keeps the cores' shares equal: a sweep session deals the blocks over one task per core
+    (``docs/decisions.md``, "Partitions").
+    """
+    slots = max(1, spark.sparkContext.defaultParallelism)
+    needed = max(slots, -(-n_labels // LABELS_PER_PARTITION))
+    return -(-needed // slots) * slots
 
 
 @dataclass

@@ -76,3 +76,18 @@ def test_missing_and_invalid_files(tmp_path):
     bad.write_text("seed = = 1")
     with pytest.raises(ConfigError, match=r"is not valid TOML"):
         load_config([bad])
+
+
+@pytest.mark.parametrize(
+    "cores, labels, expected",
+    [(2, 1_000, 2), (2, 10_000_000, 4), (2, 100_000_000, 26), (8, 10_000_000, 8), (3, 40_000_000, 12)],
+)
+def test_default_partitions_are_a_multiple_of_the_cores(cores, labels, expected):
+    """One partition per 4M labels at least, and a multiple of the cores: sweep sessions deal the blocks over
+    one task per core."""
+    from types import SimpleNamespace
+
+    from crowdspark.runner import default_partitions
+
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(defaultParallelism=cores))
+    assert default_partitions(spark, labels) == expected

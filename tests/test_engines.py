@@ -321,3 +321,17 @@ def test_stateful_sessions_roll_over_replay_after_a_failure_and_equal_the_local_
     )
     # 10 requests (the initialization and 9 sweeps), at most 4 per session
     assert report == {"enabled": True, "sessions": 3, "task_restarts": int(bool(inject))}
+
+
+def test_sessions_regroup_blocks_one_by_one(spark):
+    """More partitions than session tasks: elements are dealt one by one, (p + j) % tasks, so every task gets
+    the same number of blocks (PySpark's coalesce(shuffle=True) moves batches of elements and put all of
+    them on one task)."""
+    from crowdspark.engine.spark import _regroup
+
+    rdd = spark.sparkContext.parallelize(range(24), 4)
+    parts = _regroup(rdd, 2).glom().collect()
+    assert [len(p) for p in parts] == [12, 12]
+    assert sorted(x for p in parts for x in p) == list(range(24))
+    three = _regroup(spark.sparkContext.parallelize(range(9), 3), 2).glom().collect()
+    assert sorted(len(p) for p in three) == [4, 5]

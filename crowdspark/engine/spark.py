@@ -120,6 +120,28 @@ def _items_partition(fn: ItemFn, broadcast, elements: Iterator) -> Iterator[tupl
             yield (pickle.dumps((block, fn(block, state, value)), protocol=5),)
 
 
+def _round_robin_keys(tasks: int, index: int, elements: Iterator) -> Iterator:
+    for j, element in enumerate(elements):
+        yield (index + j) % tasks, element
+
+
+def _regroup(rdd, tasks: int):
+    """``rdd``'s elements dealt over ``tasks`` partitions one by one: element j of partition p goes to
+    partition (p + j) % tasks, so every task gets the same number of blocks (within one per partition).
+
+    ``rdd.coalesce(tasks, shuffle=True)`` does not: PySpark shuffles batches of pickled elements, not
+    elements, and a batch lands on one partition chosen from a seed per input partition.  A session
+    regrouped from the 2 partitions of the previous session's result put all 8 blocks of a 10M-label fit on
+    one of the two cores (sweeps 0.13 -> 0.22 s).
+    """
+    keyed = rdd.mapPartitionsWithIndex(partial(_round_robin_keys, tasks))
+    return keyed.partitionBy(tasks, _identity).values()
+
+
+def _identity(key: int) -> int:
+    return key
+
+
 class SparkEngine(Engine):
     """Holds the blocks as a cached RDD.
 
@@ -220,7 +242,7 @@ class SparkEngine(Engine):
         tasks = max(1, min(self.n_partitions, self.sc.defaultParallelism))
         # a barrier stage cannot narrow-coalesce its parent (SPARK-24820): more partitions than slots are
         # regrouped by a shuffle of the cached elements (only small handles in resident mode)
-        rdd = self._current if tasks == self.n_partitions else self._current.coalesce(tasks, shuffle=True)
+        rdd = self._current if self._current.getNumPartitions() == tasks else _regroup(self._current, tasks)
         host = self.sc.getConf().get("spark.driver.host", "127.0.0.1")
         self._session = SweepSession(
             rdd, host, stateful=stateful, storage=self._storage, inject_task_failure=self.inject_task_failure,
