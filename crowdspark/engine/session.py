@@ -33,8 +33,9 @@ sweeps, or earlier when the kept requests pass 256 MiB).  If the job fails for g
 master, and on clusters where executors can connect to ``spark.driver.host``.  Barrier mode also needs a
 slot for every task at once and no dynamic allocation, so the session uses at most ``slots`` tasks.  With
 more partitions than slots, the cached elements are dealt one by one over the tasks by a shuffle first
-(``spark._regroup``; a barrier stage cannot narrow-coalesce its parent, SPARK-24820): cheap in resident mode, where the elements are handles, and one
-shuffle of the blocks per fit otherwise.  Every item keeps its block and its randomness.
+(``spark._regroup``; a barrier stage cannot narrow-coalesce its parent, SPARK-24820): cheap in resident
+mode, where the elements are handles, and one shuffle of the blocks per fit otherwise.  Every item keeps
+its block and its randomness.
 """
 
 from __future__ import annotations
