@@ -94,9 +94,10 @@ class EngineConfig:
     """How the work is run.
 
     ``name``: ``spark`` or ``local``.  ``partitions``: Spark partitions of the item blocks (0 = the
-    context's default parallelism, i.e. the number of cores, or one per 4M labels if that is more, rounded up to a multiple of the cores).  ``max_block_labels``: largest number of
-    labels in one block.  ``checkpoint_interval``: with one Spark job per sweep, stateful models truncate the
-    lineage every this many sweeps.  ``session_sweeps``: a sweep session of a stateful model ends (its
+    context's default parallelism, i.e. the number of cores, or one per 4M labels if that is more, rounded
+    up to a multiple of the cores).  ``max_block_labels``: largest number of labels in one block.
+    ``checkpoint_interval``: with one Spark job per sweep, stateful models truncate the lineage every this
+    many sweeps.  ``session_sweeps``: a sweep session of a stateful model ends (its
     states cached with a truncated lineage) after this many sweeps; a task failure replays at most that
     many.  ``tree_depth``: depth of ``treeAggregate``.  ``checkpoint_dir`` and ``checkpoint_every``:
     save the fit's state every this many sweeps and resume from it when the same run is started again

@@ -121,6 +121,7 @@ def _items_partition(fn: ItemFn, broadcast, elements: Iterator) -> Iterator[tupl
 
 
 def _round_robin_keys(tasks: int, index: int, elements: Iterator) -> Iterator:
+    """``(task, element)`` for the elements of partition ``index``: task ``(index + j) % tasks``."""
     for j, element in enumerate(elements):
         yield (index + j) % tasks, element
 
