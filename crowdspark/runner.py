@@ -119,7 +119,7 @@ def _warm(saved: SavedModel | None, config: RunConfig, enc) -> WarmStart | None:
             f"the class set changed since the warm-start run ({list(saved.classes)} -> {list(enc.classes)}); "
             "a warm start needs the same classes: run cold (without --warm-start)"
         )
-    return WarmStart(saved.params, worker_index_map(enc.workers, saved.workers), saved.source)
+    return WarmStart(saved.params, worker_index_map(enc.workers, saved.workers), saved.source, saved.parameters)
 
 
 def _checkpointer(config: RunConfig, options: RunOptions, layout: dict[str, Any]) -> Checkpointer | None:
@@ -152,7 +152,8 @@ def fit_configured(
     (default ``"aic"`` for the IDBLA family, see :mod:`crowdspark.model_selection`; ``"bic"`` for ``dds``,
     see :func:`crowdspark.models.difficulty_ds.choose_levels_ds`); ``preset = "paper"`` implies the paper's
     protocol (its criterion over :data:`PAPER_LEVELS`) unless ``select_levels`` is given; a model of
-    :data:`AUTO_LEVELS` chooses among those H unless ``n_levels`` or ``select_levels`` is given.
+    :data:`AUTO_LEVELS` chooses among those H unless ``n_levels`` or ``select_levels`` is given, or a
+    warm start fixes H to the previous run's.
 
     Returns
     -------
@@ -166,7 +167,13 @@ def fit_configured(
     if candidates is None and params.get("preset") == "paper" and name in PAPER_LEVELS:
         candidates, criterion = PAPER_LEVELS[name], criterion or "paper"
     if candidates is None and "n_levels" not in params and name in AUTO_LEVELS:
-        candidates = AUTO_LEVELS[name]
+        if warm_start is not None and "n_levels" in warm_start.parameters:
+            # a warm start continues the previous run's levels: choosing again could change H, and a warm
+            # start needs the same H
+            params["n_levels"] = warm_start.parameters["n_levels"]
+            log.info("%s: H = %d, as in the warm-start model", name, params["n_levels"])
+        else:
+            candidates = AUTO_LEVELS[name]
     selection = None
     if candidates is not None or criterion is not None:
         if "n_levels" not in hyperparameters(name):

@@ -85,6 +85,18 @@ def test_warm_start_refuses_another_algorithm_or_class_set(tmp_path):
         aggregate(config, RTE[0], None, warm_start=str(tmp_path / "nowhere"))
 
 
+def test_dds_warm_start_keeps_the_previous_runs_levels(tmp_path):
+    """dds chooses H unless n_levels is set; with --warm-start it keeps the warm-start model's H (choosing
+    again could change H, and a warm start needs the same H), and reports no new choice."""
+    aggregate(load_config(overrides=["dds.n_levels=2"], algorithm="dds", engine_name="local"), TEMP[0],
+              str(tmp_path / "prev"))
+    config = load_config(algorithm="dds", engine_name="local")
+    cold = aggregate(config, TEMP[0], str(tmp_path / "cold")).summary
+    assert cold["level_selection"]["chosen"] == cold["parameters"]["n_levels"] == 1
+    warm = aggregate(config, TEMP[0], str(tmp_path / "warm"), warm_start=str(tmp_path / "prev")).summary
+    assert warm["parameters"]["n_levels"] == 2 and warm.get("level_selection") is None
+
+
 class Killed(Exception):
     pass
 

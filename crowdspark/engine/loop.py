@@ -87,11 +87,14 @@ class WarmStart:
     old_index : ndarray of int64, shape (K,)
         ``-1`` for workers the previous run did not see.
     source : str
+    parameters : dict
+        The previous run's hyperparameters (e.g. its ``n_levels``).
     """
 
     params: dict[str, Any]
     old_index: Any
     source: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
 
 
 def _initialize(model: Model, engine: Engine, stateful: bool) -> tuple[Any, Stats, dict[str, int]]:
