@@ -97,9 +97,9 @@ class EngineConfig:
     context's default parallelism, i.e. the number of cores, or one per 4M labels if that is more, rounded
     up to a multiple of the cores).  ``max_block_labels``: largest number of labels in one block.
     ``checkpoint_interval``: with one Spark job per sweep, stateful models truncate the lineage every this
-    many sweeps.  ``session_sweeps``: a sweep session of a stateful model ends (its
-    states cached with a truncated lineage) after this many sweeps; a task failure replays at most that
-    many.  ``tree_depth``: depth of ``treeAggregate``.  ``checkpoint_dir`` and ``checkpoint_every``:
+    many sweeps.  ``session_sweeps``: a sweep session of a stateful model ends (its states cached with a
+    truncated lineage) after this many sweeps; a task failure replays at most that many.  ``tree_depth``:
+    depth of ``treeAggregate``.  ``checkpoint_dir`` and ``checkpoint_every``:
     save the fit's state every this many sweeps and resume from it when the same run is started again
     (0 = off).  ``inject_task_failure``: test-only; the first attempt of partition 0 fails at that sweep
     (0 = off), to show that a retried task does not change the result.  ``resident_blocks``: keep the

@@ -29,7 +29,15 @@ from crowdspark.engine.checkpoint import Checkpointer
 from crowdspark.engine.loop import FitResult, WarmStart, finish_fn, fit
 from crowdspark.metrics import gold_stats, level_error_stats, metrics_from_stats
 from crowdspark.models.base import Model, State
-from crowdspark.output import StagedOutput, item_batch, item_frame, run_directory, worker_frame, write_frame_local, write_latest
+from crowdspark.output import (
+    StagedOutput,
+    item_batch,
+    item_frame,
+    run_directory,
+    worker_frame,
+    write_frame_local,
+    write_latest,
+)
 from crowdspark.persist import SavedModel, load_saved_model, model_document, params_to_bytes, worker_index_map
 from crowdspark.stats import Stats
 
