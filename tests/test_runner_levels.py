@@ -65,3 +65,16 @@ def test_dds_chooses_h_unless_n_levels_is_given(temp):
     fixed = aggregate_frames(load_config(overrides=["dds.n_levels=2"], algorithm="dds", engine_name="local"),
                              *temp).summary
     assert fixed["parameters"]["n_levels"] == 2 and fixed.get("level_selection") is None
+
+
+def test_dds_finds_bluebirds_hard_level_and_beats_dawid_skene():
+    """On Bluebird (39 workers label all 108 items) BIC keeps a hard level whose class penalties, not noise,
+    carry the difficulty, and dds answers 2 more gold items right than DS (docs/difficulty_model.md)."""
+    frames = [pd.read_csv(DATA / "bluebird" / f"{name}.csv", dtype=str) for name in ("labels", "truth")]
+    dds = aggregate_frames(load_config(algorithm="dds", engine_name="local"), *frames).summary
+    ds = aggregate_frames(load_config(algorithm="ds", engine_name="local"), *frames).summary
+    assert dds["level_selection"]["chosen"] == dds["parameters"]["n_levels"] == 2
+    bic = [row["bic"] for row in dds["level_selection"]["table"]]
+    assert bic[1] < bic[0] - 50
+    assert min(dds["model"]["level_penalty"][1]) > 0.5 and dds["model"]["level_noise"][1] < 0.1
+    assert dds["metrics"]["error_rate"] < ds["metrics"]["error_rate"] - 0.01

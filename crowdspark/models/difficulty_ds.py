@@ -1,27 +1,32 @@
-"""Difficulty-aware Dawid-Skene ("dds"): item difficulty makes every worker noisier, each worker keeps one
-confusion matrix (issue 5).
+"""Difficulty-aware Dawid-Skene ("dds"): item difficulty makes every worker less reliable, each worker keeps
+one confusion matrix (issue 5).
 
 Notation
 --------
 K workers, C classes, H difficulty levels; ``n`` items and ``m`` labels in a block, ``m_total`` labels in all.
 ``T[i]`` true class and ``Q[i]`` difficulty level of item i (**level 0 is the easiest**).
-``B[k, t, c]`` is worker k's *base* confusion matrix (the only per-worker parameter), ``w[h]`` the noise
-weight of level h with ``0 = w[0] <= w[1] <= ... <= w[H-1] <= 1``, ``U[k, c]`` the noise distribution
-(``1 / C`` for ``noise="uniform"``, the default), and
+``B[k, t, c]`` is worker k's *base* confusion matrix (the only per-worker parameter).  A level h has a noise
+weight ``w[h]`` in [0, 1] and class penalties ``d[h, t] >= 0``, with ``w[0] = 0`` and ``d[0] = 0``.
+``U[k, c]`` is the noise distribution (``1 / C`` for ``noise="uniform"``, the default).  On a level-h item
+of true class t, worker k says c with probability
 
-    pi[k, h, t, c] = (1 - w[h]) * B[k, t, c] + w[h] * U[k, c]
+    S[k, h, t, :] = softmax(log B[k, t, :] - d[h, t] e_t)      (the correct answer's odds times e^-d)
+    pi[k, h, t, c] = (1 - w[h]) * S[k, h, t, c] + w[h] * U[k, c]
 
-the probability that worker k says c on a level-h item of true class t.  ``alpha`` (C,) are the class
-proportions, ``beta`` (H,) the level proportions.  ``Z`` is the latent indicator of a label: ``Z = 1`` when
-the label came from ``B`` (probability ``1 - w[h]``), ``Z = 0`` when it is noise.  ``s`` is the Dirichlet
-pseudo-count (``smoothing``) added to every base-confusion cell, class count and level count; ``a M[t, :]``
-optional extra pseudo-counts on every worker's row t (``pooled_prior``, off by default).
+``alpha`` (C,) are the class proportions, ``beta`` (H,) the level proportions.  ``Z`` is the latent
+indicator of a label: ``Z = 1`` when it came from ``S`` (probability ``1 - w[h]``), ``Z = 0`` when it is
+noise.  ``s`` is the Dirichlet pseudo-count (``smoothing``) of every base-confusion cell, class count and
+level count; ``a M[t, :]`` optional extra pseudo-counts on every worker's row t (``pooled_prior``, off by
+default); ``lambda`` (``penalty_prior``) the precision of a ``N(0, 1 / lambda)`` prior on every ``d[h, t]``.
 
-A level adds 2 parameters (``w[h]`` and one proportion) however many workers there are, against
-``K * C * (C - 1)`` for a level of IDBLA; no level can permute classes, because every level's matrix is the
-worker's own ``B`` shrunk towards noise.  ``w[0] = 0`` loses nothing: if every level were mixed,
-``B' = pi[k, 0]`` with ``1 - w'[h] = (1 - w[h]) / (1 - w[0])`` describes the same distribution.  With
-H = 1 the model *is* Dawid-Skene (same updates, same objective, same numbers).
+A level adds ``C + 2`` parameters (``d[h, :]``, ``w[h]``, one proportion) however many workers there are,
+against ``K * C * (C - 1)`` for a level of IDBLA.  No level can permute classes: every level's matrix is
+the worker's own ``B`` with the correct answer made less likely (a penalty) and mixed towards noise, so
+each worker's probability of the correct answer is never higher than on level 0 (when ``B[k, t, t] >=
+U[k, t]``).  The two mechanisms differ in where a hard item's wrong answers go: noise spreads them evenly
+(or as ``U``), a penalty sends them where the worker's own confusions already point (on Bluebird, hard
+birds of one species are taken for the other by every worker).  With H = 1 the model *is* Dawid-Skene
+(same updates, same objective, same numbers).
 
 EM over additive statistics
 ---------------------------
@@ -29,23 +34,25 @@ EM over additive statistics
   from the broadcast ``log_pi``, the joint posterior ``r[i, h, t] ∝ alpha[t] beta[h] exp(ll[i, h, t])``
   (log space).  Additive statistics: ``counts[k, h, t, c] = sum over labels (k, c) of r[item, h, t]``
   (:func:`~crowdspark.models.common.confusion_counts`), ``classes[t]``, ``levels[h]`` and the summed
-  ``log p(L_i | B, w, alpha, beta)``.
-* ``global_step`` (driver): the probability that a label ``(k, c)`` on a ``(h, t)`` item came from ``B`` is
-  ``z[k, h, t, c] = (1 - w[h]) B[k, t, c] / pi[k, h, t, c]``, which depends on the parameters only, so
-  the expected complete-data counts follow from ``counts`` on the driver:
-  ``B[k, t, :] ∝ sum_h counts * z + s (+ a M[t, :])``, ``w[h] = sum_{k,t,c} counts * (1 - z) /
-  sum_{k,t,c} counts`` (h >= 1), ``alpha ∝ classes + s``, ``beta ∝ levels + s``.  Levels 1..H-1 are then
-  sorted by ``w`` (with ``beta``); the likelihood and the prior are invariant under that relabelling, so
-  the order costs nothing and the EM guarantee is kept.
+  ``log p(L_i | B, w, d, alpha, beta)``.
+* ``global_step`` (driver): ``z[k, h, t, c] = (1 - w[h]) S[k, h, t, c] / pi[k, h, t, c]`` (the probability
+  that a label came from ``S``) depends on the parameters only, so the expected complete-data counts follow
+  from ``counts`` on the driver.  ``w[h] = sum counts * (1 - z) / sum counts`` (h >= 1), ``alpha ∝
+  classes + s``, ``beta ∝ levels + s``.  Without penalties ``B[k, t, :] ∝ sum_h counts * z + s (+ a M)``;
+  with them, ``B`` and ``d`` are updated by two rounds of exact coordinate maximization, each a set of
+  concave one-variable problems (``_base_update``, ``_penalty_update``), so EM's guarantee holds.  Levels
+  1..H-1 are then sorted by difficulty (the likelihood and the prior are invariant under that relabelling).
 
-Objective: the log posterior per label, ``(log p(L | B, w, alpha, beta) + sum (s + a M) log B
-+ s (sum log alpha + sum log beta)) / m_total``, for the parameters the sweep used; EM never decreases it.
-The fit starts like Dawid-Skene (an M-step on the majority-vote shares gives ``B`` and ``alpha``) with
-``w = linspace(0, init_noise, H)`` and uniform ``beta``.
+Objective: the log posterior per label, ``(log p(L | B, w, d, alpha, beta) + sum (s + a M) log B + s (sum
+log alpha + sum log beta) - lambda / 2 sum d^2) / m_total``, for the parameters the sweep used; EM never
+decreases it within a stage.  The fit starts like Dawid-Skene (an M-step on the majority-vote shares gives
+``B`` and ``alpha``).  With H >= 2 and ``start_from_ds`` (the default) it runs Dawid-Skene's EM first
+(every level equal, ``w = d = 0``: stage 0) and, once that has converged, opens the levels (``w =
+linspace(0, init_noise, H)``, ``d[1:] = init_penalty``: stage 1), so the levels refine DS's answer.
 
 Choosing H: :func:`choose_levels_ds` fits each candidate H with the engine and keeps the lowest BIC,
-``-2 log p(L | B, w, alpha, beta) + n_params log(m_total)`` with ``n_params = K C (C - 1) + (C - 1) +
-2 (H - 1)``.  Measurements and the alternatives tried: ``docs/difficulty_model.md``.
+``-2 log p(L | B, w, d, alpha, beta) + n_params log(m_total)`` with ``n_params = K C (C - 1) + (C - 1) +
+(C + 2) (H - 1)``.  Measurements and the alternatives tried: ``docs/difficulty_model.md``.
 """
 
 from __future__ import annotations
@@ -98,8 +105,35 @@ NOISE_CHOICES = ("uniform", "worker", "labels")
 STREAM_LEVEL_TIES = 1
 
 
-def level_log_pi(log_B: np.ndarray, w: np.ndarray, log_noise: np.ndarray) -> np.ndarray:
-    """Per-level log confusion ``log((1 - w[h]) B[k, t, c] + w[h] U[k, c])``.
+def penalized_log_B(log_B: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Per-level base matrices with the correct answer penalized, ``log softmax(log B[k, t, :] - d[h, t] e_t)``.
+
+    Parameters
+    ----------
+    log_B : ndarray, shape (K, C, C)
+        Log base confusion matrices.
+    d : ndarray, shape (H, C)
+        Penalties ``d[h, t] >= 0`` on the log-odds of the correct answer (``d[0] = 0``).
+
+    Returns
+    -------
+    ndarray, shape (K, H, C, C)
+        ``log S[k, h, t, c]``: ``S[k, h, t, t] = B[k, t, t] e^-d / (1 - a B[k, t, t])`` and
+        ``S[k, h, t, c] = B[k, t, c] / (1 - a B[k, t, t])`` for ``c != t``, with ``a = 1 - e^-d[h, t]``.
+    """
+    n_classes = log_B.shape[-1]
+    a = -np.expm1(-d)  # (H, C)
+    diagonal = np.exp(np.diagonal(log_B, axis1=1, axis2=2))  # (K, C)
+    out = log_B[:, None] - np.log1p(-a[None] * diagonal[:, None, :])[..., None]
+    idx = np.arange(n_classes)
+    out[:, :, idx, idx] -= d[None]
+    return out
+
+
+def level_log_pi(
+    log_B: np.ndarray, w: np.ndarray, log_noise: np.ndarray, d: np.ndarray | None = None
+) -> np.ndarray:
+    """Per-level log confusion ``log((1 - w[h]) S[k, h, t, c] + w[h] U[k, c])``, ``S`` the penalized base.
 
     Parameters
     ----------
@@ -109,14 +143,138 @@ def level_log_pi(log_B: np.ndarray, w: np.ndarray, log_noise: np.ndarray) -> np.
         Level noise weights in [0, 1].
     log_noise : ndarray, shape (K, C)
         Log noise distribution ``U[k, :]`` of each worker (``log(1 / C)`` everywhere for uniform noise).
+    d : ndarray, shape (H, C), optional
+        Class penalties (:func:`penalized_log_B`); ``None`` or zeros: ``S = B`` on every level.
 
     Returns
     -------
     ndarray, shape (K, H, C, C)
     """
     wh = w[None, :, None, None]
+    base = log_B[:, None] if d is None or not np.any(d) else penalized_log_B(log_B, d)
     with np.errstate(divide="ignore"):
-        return np.logaddexp(np.log1p(-wh) + log_B[:, None], np.log(wh) + log_noise[:, None, None, :])
+        return np.logaddexp(np.log1p(-wh) + base, np.log(wh) + log_noise[:, None, None, :])
+
+
+def maximize_concave_1d(
+    x: np.ndarray, fun: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]],
+    lower: float = -np.inf, steps: int = 50, tol: float = 1e-10,
+) -> np.ndarray:
+    """Elementwise maximum of concave functions of one variable by projected Newton steps with halving.
+
+    Parameters
+    ----------
+    x : ndarray, any shape
+        Starting points (``>= lower``).
+    fun : callable
+        ``fun(x) -> (f, f', f'')``, arrays of ``x``'s shape, ``f'' <= 0``.
+    lower : float
+        Lower bound of every variable.
+    steps, tol : int, float
+        At most ``steps`` Newton steps; stop when every step is shorter than ``tol``.
+
+    Returns
+    -------
+    ndarray, ``x``'s shape
+        No element's ``f`` is lower than at its start.
+    """
+    f, g, h = fun(x)
+    for _ in range(steps):
+        direction = np.maximum(x - g / np.minimum(h, -1e-300), lower) - x
+        size = np.ones_like(x)
+        for _ in range(60):
+            candidate = x + size * direction
+            fc, gc, hc = fun(candidate)
+            ok = fc >= f
+            if ok.all():
+                break
+            size = np.where(ok, size, size / 2)
+        x, f, g, h = (np.where(ok, new, old) for new, old in ((candidate, x), (fc, f), (gc, g), (hc, h)))
+        if np.max(np.abs(size * direction), initial=0.0) < tol:
+            break
+    return x
+
+
+def _base_update(pseudo_counts: np.ndarray, level_totals: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Log base matrices maximizing ``sum_h N_h . log S_h + sum (pseudo) log B`` row by row.
+
+    With ``M[k, t, :]`` the expected base counts summed over levels plus the pseudo-counts, every row's
+    optimum has ``B[k, t, c] ∝ M[k, t, c]`` off the diagonal, and ``u = B[k, t, t]`` maximizes the concave
+    (in ``v = logit u``) ``M_t log u + R log(1 - u) - sum_h n_h log(1 - a_h u)``, ``R`` the off-diagonal
+    total, ``n_h`` the row's level-h count and ``a_h = 1 - e^-d[h, t]``; with ``d = 0`` it is ``M / M.sum()``.
+
+    Parameters
+    ----------
+    pseudo_counts : ndarray, shape (K, C, C)
+        ``M``: summed expected base counts plus pseudo-counts (all > 0).
+    level_totals : ndarray, shape (K, H, C)
+        ``n_h``: each row's expected base counts on level h.
+    d : ndarray, shape (H, C)
+
+    Returns
+    -------
+    ndarray, shape (K, C, C)
+    """
+    diag = np.diagonal(pseudo_counts, axis1=1, axis2=2)  # (K, C)
+    rest = pseudo_counts.sum(axis=-1) - diag
+    a = -np.expm1(-d)[None]  # (1, H, C)
+    n = level_totals
+
+    def fun(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        u = 1.0 / (1.0 + np.exp(-v))
+        q = u * (1.0 - u)
+        shrink = 1.0 - a * u[:, None]
+        f = -diag * np.logaddexp(0.0, -v) - rest * np.logaddexp(0.0, v) - (n * np.log(shrink)).sum(axis=1)
+        g = diag * (1.0 - u) - rest * u + (n * a * q[:, None] / shrink).sum(axis=1)
+        h = -(diag + rest) * q + (n * a * (1.0 - 2.0 * u[:, None] + a * u[:, None] ** 2) * q[:, None]
+                                  / shrink**2).sum(axis=1)
+        return f, g, h
+
+    v = maximize_concave_1d(np.log(diag) - np.log(rest), fun)
+    u = 1.0 / (1.0 + np.exp(-v))
+    with np.errstate(divide="ignore"):
+        log_B = np.log(pseudo_counts) + (np.log1p(-u) - np.log(rest))[..., None]
+    idx = np.arange(diag.shape[1])
+    log_B[:, idx, idx] = -np.logaddexp(0.0, -v)
+    return log_B
+
+
+def _penalty_update(
+    base_counts: np.ndarray, log_B: np.ndarray, d: np.ndarray, prior: float
+) -> np.ndarray:
+    """Penalties ``d[h, t] >= 0`` (h >= 1) maximizing ``sum_k N_h . log S_h - prior / 2 d^2`` for fixed ``B``.
+
+    Each ``d[h, t]`` is a concave problem of its own: ``-D d - sum_k n_k log(1 - (1 - e^-d) B[k, t, t])
+    - prior d^2 / 2``, with ``D`` the level's expected correct answers of class t and ``n_k`` worker k's
+    level-h count on row t.
+
+    Parameters
+    ----------
+    base_counts : ndarray, shape (K, H, C, C)
+    log_B : ndarray, shape (K, C, C)
+    d : ndarray, shape (H, C)
+    prior : float
+
+    Returns
+    -------
+    ndarray, shape (H, C); ``d[0] = 0``
+    """
+    b = np.exp(np.diagonal(log_B, axis1=1, axis2=2))[:, None, :]  # (K, 1, C)
+    correct = np.diagonal(base_counts, axis1=2, axis2=3).sum(axis=0)[1:]  # (H-1, C)
+    n = base_counts.sum(axis=-1)[:, 1:]  # (K, H-1, C)
+
+    def fun(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        e = np.exp(-x)[None]
+        denom = 1.0 - b + b * e
+        p = b * e / denom
+        f = -correct * x - (n * np.log(denom)).sum(axis=0) - 0.5 * prior * x**2
+        g = -correct + (n * p).sum(axis=0) - prior * x
+        h = -(n * p * (1.0 - p)).sum(axis=0) - prior
+        return f, g, h
+
+    new = np.zeros_like(d)
+    new[1:] = maximize_concave_1d(d[1:].copy(), fun, lower=0.0)
+    return new
 
 
 def dds_e_step(block: Block, params: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -152,8 +310,10 @@ def dds_m_step(
     smoothing: float,
     base_prior: np.ndarray | None = None,
     learn_w: bool = True,
+    d: np.ndarray | None = None,
+    penalty_prior: float | None = None,
 ) -> dict[str, np.ndarray]:
-    """MAP update of (B, w, alpha, beta) from the expected counts, with levels 1..H-1 sorted by ``w``.
+    """MAP update of (B, w, d, alpha, beta) from the expected counts, levels 1..H-1 sorted by difficulty.
 
     Parameters
     ----------
@@ -172,34 +332,67 @@ def dds_m_step(
     smoothing : float
         Pseudo-count ``s`` of every base cell, class and level.
     base_prior : ndarray, shape (C, C), optional
-        Extra pseudo-counts ``a * M[t, c]`` added to every worker's base row t (see ``pooled_prior``).
+        Extra pseudo-counts ``a * M[t, :]`` added to every worker's base row t (see ``pooled_prior``).
     learn_w : bool
-        Update ``w`` (then sort levels 1..H-1 by it), or keep the given ``w``.
+        Update ``w``, or keep the given ``w``.
+    d : ndarray, shape (H, C), optional
+        Class penalties of the E-step; ``None`` = no penalties (the closed-form update of ``B``).
+    penalty_prior : float, optional
+        Precision of the Gaussian prior on ``d``; ``None`` keeps ``d`` fixed.  When given (and H > 1),
+        ``B`` and ``d`` are updated by two rounds of exact coordinate maximization (a generalized M-step:
+        the objective still never decreases).
 
     Returns
     -------
-    dict with ``log_B`` (K, C, C), ``w`` (H,), ``log_alpha`` (C,), ``log_beta`` (H,), ``log_pi``
-    (K, H, C, C)
+    dict with ``log_B`` (K, C, C), ``w`` (H,), ``d`` (H, C), ``log_alpha`` (C,), ``log_beta`` (H,),
+    ``log_pi`` (K, H, C, C)
     """
-    log_pi = level_log_pi(log_B, w, log_noise)
+    n_levels, n_classes = counts.shape[1], counts.shape[-1]
+    d = np.zeros((n_levels, n_classes)) if d is None else d
+    log_pi = level_log_pi(log_B, w, log_noise, d)
+    base = log_B[:, None] if not np.any(d) else penalized_log_B(log_B, d)
     with np.errstate(divide="ignore"):
-        log_from_base = np.log1p(-w)[None, :, None, None] + log_B[:, None] - log_pi
+        log_from_base = np.log1p(-w)[None, :, None, None] + base - log_pi
     z = np.exp(log_from_base)  # P(Z = 1 | k, h, t, c), (K, H, C, C)
-    base_counts = (counts * z).sum(axis=1)
+    base_counts = counts * z
     beta = normalize_rows(levels, smoothing)
     new_w = _noise_weights(counts, z, w) if learn_w else w.copy()
-    if learn_w:
-        order = np.concatenate([[0], 1 + np.argsort(new_w[1:], kind="stable")])
-        new_w, beta = new_w[order], beta[order]
     pseudo = smoothing if base_prior is None else smoothing + base_prior[None]
-    new_log_B = np.log(normalize_rows(base_counts, pseudo))
+    if penalty_prior is None or n_levels == 1:
+        new_log_B = np.log(normalize_rows(base_counts.sum(axis=1), pseudo))
+        new_d = d.copy()
+    else:
+        rows = base_counts.sum(axis=1) + pseudo
+        totals = base_counts.sum(axis=-1)
+        new_d, new_log_B = d, log_B
+        for _ in range(2):
+            new_log_B = _base_update(rows, totals, new_d)
+            new_d = _penalty_update(base_counts, new_log_B, new_d, penalty_prior)
+    order = _level_order(new_log_B, new_w, new_d, log_noise, penalty_prior is not None)
+    new_w, new_d, beta = new_w[order], new_d[order], beta[order]
     return {
         "log_B": new_log_B,
         "w": new_w,
+        "d": new_d,
         "log_alpha": np.log(normalize_rows(classes, smoothing)),
         "log_beta": np.log(beta),
-        "log_pi": level_log_pi(new_log_B, new_w, log_noise),
+        "log_pi": level_log_pi(new_log_B, new_w, log_noise, new_d),
     }
+
+
+def _level_order(
+    log_B: np.ndarray, w: np.ndarray, d: np.ndarray, log_noise: np.ndarray, by_accuracy: bool
+) -> np.ndarray:
+    """Order of the levels: 0 first, then 1..H-1 by increasing ``w`` or, with penalties, by decreasing mean
+    probability of the correct answer (over workers and classes).  The likelihood and the prior are
+    invariant under relabelling levels 1..H-1, so the order costs nothing and EM's guarantee holds."""
+    if len(w) <= 2:
+        return np.arange(len(w))
+    if not by_accuracy:
+        return np.concatenate([[0], 1 + np.argsort(w[1:], kind="stable")])
+    log_pi = level_log_pi(log_B, w, log_noise, d)
+    accuracy = np.exp(np.diagonal(log_pi, axis1=2, axis2=3)).mean(axis=(0, 2))  # (H,)
+    return np.concatenate([[0], 1 + np.argsort(-accuracy[1:], kind="stable")])
 
 
 def _noise_weights(counts: np.ndarray, z: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -235,7 +428,7 @@ def _block_stats(block: Block, resp: np.ndarray, n_workers: int, n_classes: int)
 
 @dataclass(frozen=True)
 class DifficultyDawidSkene(Model):
-    """Dawid-Skene with H difficulty levels that mix every worker's matrix towards noise; MAP EM.
+    """Dawid-Skene with H difficulty levels that make every worker less reliable; MAP EM.
 
     Parameters
     ----------
@@ -265,24 +458,40 @@ class DifficultyDawidSkene(Model):
     learn_noise : bool
         Learn ``w`` (default), or keep the initial grid ``linspace(0, init_noise, H)`` and learn only how
         many items each level holds.
+    learn_penalty : bool
+        Learn the class penalties ``d[h, t] >= 0`` of levels h >= 1 (default); ``False`` keeps ``d = 0``
+        (the session-2 model, noise only, with closed-form updates).
+    penalty_prior : float
+        ``lambda > 0``: precision of the Gaussian prior ``N(0, 1 / lambda)`` on every ``d[h, t]``.
+    init_penalty : float
+        Initial ``d[h, t]`` of levels h >= 1, >= 0.
+    start_from_ds : bool
+        With H >= 2, first run Dawid-Skene's EM to convergence (all levels equal, ``w = d = 0``), then open
+        the levels (``w = linspace(0, init_noise, H)``, ``d[1:] = init_penalty``) and continue: the levels
+        refine DS's answer instead of a second run from majority vote (default).  ``False`` opens them at
+        the start.
     """
 
     n_workers: int
     n_classes: int
     seed: int = 0
     n_levels: int = 2
-    max_iter: int = 200
+    max_iter: int = 300
     tol: float = 1e-6
     smoothing: float = 0.5
     init_noise: float = 0.5
     pooled_prior: float = 0.0
     noise: str = "uniform"
     learn_noise: bool = True
+    learn_penalty: bool = True
+    penalty_prior: float = 1.0
+    init_penalty: float = 1.0
+    start_from_ds: bool = True
 
     name: ClassVar[str] = "dds"
     item_extras: ClassVar[dict[str, str]] = {"level": "int", "level_posterior": "array<double>"}
     worker_params: ClassVar[tuple[str, ...]] = ("log_B",)
-    shared_params: ClassVar[tuple[str, ...]] = ("log_alpha", "log_beta", "w")
+    shared_params: ClassVar[tuple[str, ...]] = ("log_alpha", "log_beta", "w", "d")
 
     def __post_init__(self) -> None:
         p = self.name
@@ -297,16 +506,20 @@ class DifficultyDawidSkene(Model):
         check_float(f"{p}.pooled_prior", self.pooled_prior, minimum=0.0)
         check_choice(f"{p}.noise", self.noise, NOISE_CHOICES)
         check_bool(f"{p}.learn_noise", self.learn_noise)
+        check_bool(f"{p}.learn_penalty", self.learn_penalty)
+        check_float(f"{p}.penalty_prior", self.penalty_prior, minimum=0.0, strict_min=True)
+        check_float(f"{p}.init_penalty", self.init_penalty, minimum=0.0)
+        check_bool(f"{p}.start_from_ds", self.start_from_ds)
 
     @property
     def max_sweeps(self) -> int:  # type: ignore[override]
         return self.max_iter
 
     def n_free_parameters(self) -> int:
-        """Free parameters: ``K C (C - 1)`` base cells, ``C - 1`` class proportions, ``H - 1`` level
-        proportions and (when learned) ``H - 1`` noise weights."""
+        """Free parameters: ``K C (C - 1)`` base cells, ``C - 1`` class proportions and, per level h >= 1,
+        one proportion, (when learned) one noise weight and C class penalties."""
         k, c, h = self.n_workers, self.n_classes, self.n_levels
-        per_level = 2 if self.learn_noise else 1
+        per_level = 1 + int(self.learn_noise) + (c if self.learn_penalty else 0)
         return k * c * (c - 1) + (c - 1) + per_level * (h - 1)
 
     # ---- initialization ------------------------------------------------------------------------------
@@ -321,19 +534,31 @@ class DifficultyDawidSkene(Model):
     def init_params(self, stats: Stats) -> dict[str, Any]:
         s = self.smoothing
         log_B = np.log(normalize_rows(stats["confusion"], s))
-        w = np.linspace(0.0, self.init_noise, self.n_levels) if self.n_levels > 1 else np.zeros(1)
+        warm_up = self.n_levels > 1 and self.start_from_ds
+        w, d = (np.zeros(self.n_levels), np.zeros((self.n_levels, self.n_classes))) if warm_up else self.open_levels()
         log_noise = self.initial_noise(stats["confusion"])
         return {
             "log_B": log_B,
             "w": w,
+            "d": d,
+            "stage": 0 if warm_up else 1,
             "log_alpha": np.log(normalize_rows(stats["classes"], s)),
             "log_beta": np.full(self.n_levels, -math.log(self.n_levels)),
             "log_noise": log_noise,
-            "log_pi": level_log_pi(log_B, w, log_noise),
+            "log_pi": level_log_pi(log_B, w, log_noise, d),
             "base_prior": self.pooled_prior * normalize_rows(stats["confusion"].sum(axis=0), s),
             "n_labels": float(stats["confusion"].sum()),
             "objective": float("nan"),
         }
+
+    def open_levels(self) -> tuple[np.ndarray, np.ndarray]:
+        """Initial ``w`` (H,) and ``d`` (H, C) of the levels: ``linspace(0, init_noise, H)`` and
+        ``init_penalty`` on levels h >= 1 (0 without ``learn_penalty``)."""
+        w = np.linspace(0.0, self.init_noise, self.n_levels) if self.n_levels > 1 else np.zeros(1)
+        d = np.zeros((self.n_levels, self.n_classes))
+        if self.learn_penalty:
+            d[1:] = self.init_penalty
+        return w, d
 
     def initial_noise(self, confusion: np.ndarray) -> np.ndarray:
         """Log noise distribution of each worker, shape (K, C), from the initial counts (K, C, C)."""
@@ -352,16 +577,18 @@ class DifficultyDawidSkene(Model):
         return None, stats
 
     def log_prior(self, params: dict[str, Any]) -> float:
-        """``sum (s + a M) log B + s * (sum log alpha + sum log beta)``: the Dirichlet log densities whose
-        mode the M-step finds, up to constants."""
+        """``sum (s + a M) log B + s * (sum log alpha + sum log beta) - lambda / 2 sum d^2``: the Dirichlet
+        and Gaussian log densities whose mode the M-step finds, up to constants."""
         s = self.smoothing
         base = float(((s + params["base_prior"][None]) * params["log_B"]).sum())
-        return base + s * float(params["log_alpha"].sum() + params["log_beta"].sum())
+        penalty = 0.5 * self.penalty_prior * float((params["d"] ** 2).sum())
+        return base + s * float(params["log_alpha"].sum() + params["log_beta"].sum()) - penalty
 
     def global_step(self, stats: Stats, params: Any, sweep: int) -> Update:
         objective = float((stats["log_evidence"] + self.log_prior(params)) / params["n_labels"])
         previous = params["objective"]
         change = abs(objective - previous) if np.isfinite(previous) else float("inf")
+        stage = params["stage"]
         new = dds_m_step(
             stats["counts"],
             stats["classes"],
@@ -371,13 +598,26 @@ class DifficultyDawidSkene(Model):
             params["log_noise"],
             self.smoothing,
             params["base_prior"],
-            learn_w=self.learn_noise,
+            learn_w=self.learn_noise and stage == 1,
+            d=params["d"],
+            penalty_prior=self.penalty_prior if self.learn_penalty and stage == 1 else None,
         )
+        if stage == 0 and change < self.tol:
+            # Dawid-Skene has converged (every level equal): open the levels, and keep iterating
+            new["w"], new["d"] = self.open_levels()
+            new["log_pi"] = level_log_pi(new["log_B"], new["w"], params["log_noise"], new["d"])
+            stage, change = 1, float("inf")
+            log.info("dds: Dawid-Skene converged; opening %d levels", self.n_levels)
+        new["stage"] = stage
         new["log_noise"] = params["log_noise"]
         new["base_prior"] = params["base_prior"]
         new["n_labels"] = params["n_labels"]
-        new["objective"] = objective
-        extra = {f"w{h}": float(v) for h, v in enumerate(new["w"][1:], start=1)}
+        # the objective of a new stage is not comparable with the last one's
+        new["objective"] = objective if stage == params["stage"] else float("nan")
+        extra: dict[str, float] = {"stage": float(params["stage"])}
+        extra.update({f"w{h}": float(v) for h, v in enumerate(new["w"][1:], start=1)})
+        if self.learn_penalty:
+            extra.update({f"d{h}": float(row.mean()) for h, row in enumerate(new["d"][1:], start=1)})
         return Update(params=new, objective=objective, change=change, extra=extra)
 
     # ---- outputs -------------------------------------------------------------------------------------
@@ -411,14 +651,21 @@ class DifficultyDawidSkene(Model):
 
     def warm_start(self, params: Any, previous: dict[str, np.ndarray], old_index: np.ndarray) -> Any:
         """Known workers' base matrices and the class/level values of a previous run (same C and H); the
-        noise distributions and the prior stay this run's, ``log_pi`` is rebuilt."""
+        noise distributions and the prior stay this run's, ``log_pi`` is rebuilt, the levels are open from
+        the start.  A model saved before the class penalties existed has none (``d = 0``)."""
+        previous = dict(previous)
+        previous.setdefault("d", np.zeros_like(params["d"]))
         new = super().warm_start(params, previous, old_index)
-        new["log_pi"] = level_log_pi(new["log_B"], new["w"], new["log_noise"])
+        if not self.learn_penalty:
+            new["d"] = np.zeros_like(new["d"])
+        new["stage"] = 1
+        new["log_pi"] = level_log_pi(new["log_B"], new["w"], new["log_noise"], new["d"])
         return new
 
     def summary(self, params: Any) -> dict[str, Any]:
         return {
             "level_noise": params["w"].tolist(),
+            "level_penalty": params["d"].tolist(),
             "level_proportions": np.exp(params["log_beta"]).tolist(),
             "class_proportions": np.exp(params["log_alpha"]).tolist(),
         }
@@ -435,7 +682,8 @@ class LevelChoiceDS:
     ----------
     table : list of dict
         One row per H: ``n_levels``, ``log_evidence``, ``n_params``, ``bic``, ``aic``, ``level_entropy``,
-        ``joint_entropy``, ``icl``, ``level_noise``, ``level_proportions``, ``n_iter``, ``converged``.
+        ``joint_entropy``, ``icl``, ``level_noise``, ``level_penalty``, ``level_proportions``, ``n_iter``,
+        ``converged``.
     chosen : int
         The H with the lowest criterion.
     criterion : str
@@ -479,6 +727,7 @@ def _level_row(model: DifficultyDawidSkene, engine: Engine) -> dict[str, Any]:
         "joint_entropy": float(stats["joint_entropy"]),
         "icl": bic + 2.0 * float(stats["level_entropy"]),
         "level_noise": summary["level_noise"],
+        "level_penalty": summary["level_penalty"],
         "level_proportions": summary["level_proportions"],
         "n_iter": result.n_iter,
         "converged": result.converged,
@@ -518,7 +767,8 @@ def choose_levels_ds(
     table = []
     for h in candidates:
         row = _level_row(make(h), engine)
-        log.info("dds H=%d: log evidence %.1f, bic %.1f, w %s", h, row["log_evidence"], row["bic"], row["level_noise"])
+        log.info("dds H=%d: log evidence %.1f, bic %.1f, w %s, d %s", h, row["log_evidence"], row["bic"],
+                 np.round(row["level_noise"], 3).tolist(), np.round(row["level_penalty"], 3).tolist())
         table.append(row)
     best = int(np.argmin([row[criterion] for row in table]))
     return LevelChoiceDS(table=table, chosen=int(table[best]["n_levels"]), criterion=criterion)
