@@ -15,11 +15,12 @@ Usage::
   BIC (``runner.AUTO_LEVELS``, since session 4); ``dds-H2`` fixes H = 2 (the default before);
   ``dds-bic`` chooses H in 1..3 by BIC (:func:`choose_levels_ds`); ``--variant name:key=value,...`` adds a
   ``dds`` column with other fields (e.g. ``--variant w3:n_levels=3,noise=worker``); a variant with
-  ``bic=1`` chooses H in 1..3 by BIC.
+  ``bic=1`` chooses H in 1..3 by BIC, with ``bic=auto`` among 1 and 2 as ``dds`` does.
 * DS uses its defaults (smoothing 0.5, max_iter 100, tol 1e-6).
 
 Prints the error table (%), the mean over datasets, and per dataset the worst run of each dds column minus
-DS, then the chosen H and level weights of each dds column.
+DS, then the chosen H, noise weights ``w``, class penalties ``d`` (levels >= 1) and level proportions of
+each dds column.
 """
 
 from __future__ import annotations
@@ -74,21 +75,25 @@ def error_of(model, blocks: list[Block]) -> tuple[float, dict]:
 
 
 def dds_error(fields: dict, blocks: list[Block], K: int, C: int, seed: int) -> tuple[float, str]:
-    """Error of a dds configuration (H by BIC when ``fields["bic"]``: among 1..3, or among the H it lists)
-    and a note (H, w)."""
+    """Error of a dds configuration (H by BIC when ``fields["bic"]``: among 1..3, among the H it lists, or
+    among ``AUTO_LEVELS["dds"]`` for ``"auto"``) and a note (H, w, d, beta)."""
     fields = dict(fields)
     bic = fields.pop("bic", False)
     if bic:
         def make(h: int) -> DifficultyDawidSkene:
             return DifficultyDawidSkene(K, C, seed=seed, **{**fields, "n_levels": h})
 
-        levels = tuple(bic) if isinstance(bic, (tuple, list)) else (1, 2, 3)
+        if bic == "auto":
+            levels = tuple(AUTO_LEVELS["dds"])
+        else:
+            levels = tuple(bic) if isinstance(bic, (tuple, list)) else (1, 2, 3)
         choice = choose_levels_ds(make, LocalEngine(blocks), levels=levels)
         fields["n_levels"] = choice.chosen
     err, summary = error_of(DifficultyDawidSkene(K, C, seed=seed, **fields), blocks)
     w = np.round(summary["level_noise"], 2).tolist()
     beta = np.round(summary["level_proportions"], 2).tolist()
-    return err, f"H={len(w)} w={w} beta={beta}"
+    d = np.round(summary["level_penalty"][1:], 2).tolist()
+    return err, f"H={len(w)} w={w} d={d} beta={beta}"
 
 
 def run_dataset(name: str, models: list[str], variants: dict[str, dict], n_seeds: int) -> dict[str, list]:

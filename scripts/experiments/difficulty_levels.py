@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     print("| data | log evidence H=1, 2, 3 | BIC H=1, 2, 3 | AIC H=1, 2, 3 | ICL H=1, 2, 3 | ICL (joint) H=1, 2, 3 "
-          "| BIC picks | AIC picks | ICL picks | ICL (joint) picks | w (H=2) | beta (H=2) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| BIC picks | AIC picks | ICL picks | ICL (joint) picks | w (H=2) | d of level 1 (H=2) | beta (H=2) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in ("planted",) + REAL + ("synthetic",):
         if name == "planted":
             blocks, K, C = planted_blocks()
@@ -56,11 +56,12 @@ def main(argv: list[str] | None = None) -> None:
         fmt = lambda key: ", ".join(f"{r[key]:.0f}" for r in rows)  # noqa: E731
         w = [round(x, 2) for x in rows[1]["level_noise"]]
         beta = [round(x, 2) for x in rows[1]["level_proportions"]]
+        d = [round(x, 2) for x in rows[1]["level_penalty"][1]]
         for r in rows:  # ICL with the entropy of the joint (level, class) posteriors instead of the levels'
             r["icl_joint"] = r["bic"] + 2.0 * r["joint_entropy"]
         icl_joint = min(rows, key=lambda r: r["icl_joint"])["n_levels"]
         cells = [fmt("log_evidence"), fmt("bic"), fmt("aic"), fmt("icl"), fmt("icl_joint"), choice.chosen, aic, icl,
-                 icl_joint, w, beta]
+                 icl_joint, w, d, beta]
         print(f"| {name} | " + " | ".join(str(c) for c in cells) + " |")
 
 
