@@ -10,7 +10,8 @@ Usage::
   dds) start from majority vote and are deterministic (the seed only breaks exact ties), so they run once.
 * ``synthetic``: :func:`crowdspark.synthetic.paper_synthetic` with data seeds ``0..seeds-1`` (each model
   with the same seed as the data); the cell is the mean over the data seeds and "worst - DS" is taken per
-  data seed.
+  data seed.  ``planted`` (not in the default list): the same with the planted-difficulty set of
+  ``tests/test_difficulty_model.py`` (10 workers on all 800 items, 4 classes, half the items at 80% noise).
 * ``dds`` is what ``--algorithm dds`` runs: :class:`DifficultyDawidSkene` with H chosen among 1 and 2 by
   BIC (``runner.AUTO_LEVELS``, since session 4); ``dds-H2`` fixes H = 2 (the default before);
   ``dds-bic`` chooses H in 1..3 by BIC (:func:`choose_levels_ds`); ``--variant name:key=value,...`` adds a
@@ -46,11 +47,22 @@ from crowdspark.models.dawid_skene import DawidSkene  # noqa: E402
 from crowdspark.models.difficulty_ds import DifficultyDawidSkene, choose_levels_ds  # noqa: E402
 from crowdspark.models.idbla_gibbs import Bcc, FixedIdbla, IdblaGibbs  # noqa: E402
 from crowdspark.models.majority_vote import MajorityVote  # noqa: E402
-from crowdspark.synthetic import paper_synthetic  # noqa: E402
+from crowdspark.synthetic import idbla_data, paper_synthetic  # noqa: E402
 from crowdspark.runner import AUTO_LEVELS  # noqa: E402
 
 REAL = ("rte", "web_search", "web_search_filtered", "temp", "bluebird")
 STOCHASTIC = {"bcc": Bcc, "idbla": IdblaGibbs, "fixed-idbla": FixedIdbla}
+
+
+def planted_blocks(seed: int) -> tuple[list[Block], int, int]:
+    """Blocks, K and C of the planted-difficulty set of ``tests/test_difficulty_model.py`` (``PLANTED``) with
+    data seed ``seed``."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tests.test_difficulty_model import PLANTED, frames_to_coded_blocks
+
+    labels, truth, _ = idbla_data(**{**PLANTED, "seed": seed})
+    blocks, K, _ = frames_to_coded_blocks(labels, truth)
+    return blocks, K, PLANTED["n_classes"]
 
 
 def synthetic_blocks(seed: int) -> tuple[list[Block], int, int]:
@@ -62,6 +74,10 @@ def synthetic_blocks(seed: int) -> tuple[list[Block], int, int]:
     label = pd.Index(classes).get_indexer(labels.label)
     gold = pd.Index(classes).get_indexer(labels.item.map(dict(zip(truth.item, truth.truth))))
     return build_blocks(labels.item.to_numpy(), worker, label, gold), len(workers), len(classes)
+
+
+#: generated datasets, one per data seed
+GENERATED = {"synthetic": synthetic_blocks, "planted": planted_blocks}
 
 
 def error_of(model, blocks: list[Block]) -> tuple[float, dict]:
@@ -98,8 +114,8 @@ def dds_error(fields: dict, blocks: list[Block], K: int, C: int, seed: int) -> t
 
 def run_dataset(name: str, models: list[str], variants: dict[str, dict], n_seeds: int) -> dict[str, list]:
     """Per model: list of (error, note) over seeds (one entry for deterministic models on real data)."""
-    synthetic = name == "synthetic"
-    data = [synthetic_blocks(s) for s in range(n_seeds)] if synthetic else [load(name)] * n_seeds
+    synthetic = name in GENERATED
+    data = [GENERATED[name](s) for s in range(n_seeds)] if synthetic else [load(name)] * n_seeds
     out: dict[str, list] = {m: [] for m in models}
     out.update({v: [] for v in variants})
     for seed in range(n_seeds):
