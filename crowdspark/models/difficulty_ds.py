@@ -171,7 +171,8 @@ def maximize_concave_1d(
     lower : float
         Lower bound of every variable.
     steps, tol : int, float
-        At most ``steps`` Newton steps; stop when every step is shorter than ``tol``.
+        At most ``steps`` Newton steps; an element stops when its step is shorter than ``tol`` or does not
+        raise its ``f`` even when halved below ``tol`` (rounding at the optimum).
 
     Returns
     -------
@@ -179,18 +180,20 @@ def maximize_concave_1d(
         No element's ``f`` is lower than at its start.
     """
     f, g, h = fun(x)
+    active = np.ones(x.shape, dtype=bool)
     for _ in range(steps):
-        direction = np.maximum(x - g / np.minimum(h, -1e-300), lower) - x
+        direction = np.where(active, np.maximum(x - g / np.minimum(h, -1e-300), lower) - x, 0.0)
         size = np.ones_like(x)
         for _ in range(60):
-            candidate = x + size * direction
-            fc, gc, hc = fun(candidate)
-            ok = fc >= f
-            if ok.all():
+            fc, gc, hc = fun(x + size * direction)
+            small = np.abs(size * direction) < tol
+            better = (fc >= f) & ~small
+            if np.all(better | small):
                 break
-            size = np.where(ok, size, size / 2)
-        x, f, g, h = (np.where(ok, new, old) for new, old in ((candidate, x), (fc, f), (gc, g), (hc, h)))
-        if np.max(np.abs(size * direction), initial=0.0) < tol:
+            size = np.where(better | small, size, size / 2)
+        x, f, g, h = (np.where(better, new, old) for new, old in ((x + size * direction, x), (fc, f), (gc, g), (hc, h)))
+        active = better
+        if not active.any():
             break
     return x
 
