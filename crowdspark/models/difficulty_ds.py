@@ -157,17 +157,18 @@ def level_log_pi(
 
 
 def maximize_concave_1d(
-    x: np.ndarray, fun: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]],
+    x: np.ndarray, fun: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]],
     lower: float = -np.inf, steps: int = 50, tol: float = 1e-10,
 ) -> np.ndarray:
     """Elementwise maximum of concave functions of one variable by projected Newton steps with halving.
 
     Parameters
     ----------
-    x : ndarray, any shape
+    x : ndarray, shape (E,)
         Starting points (``>= lower``).
     fun : callable
-        ``fun(x) -> (f, f', f'')``, arrays of ``x``'s shape, ``f'' <= 0``.
+        ``fun(values, index) -> (f, f', f'')`` of the elements ``index`` (int array) at ``values`` (both of
+        the same length), ``f'' <= 0``.  Only elements still moving are evaluated.
     lower : float
         Lower bound of every variable.
     steps, tol : int, float
@@ -176,25 +177,27 @@ def maximize_concave_1d(
 
     Returns
     -------
-    ndarray, ``x``'s shape
+    ndarray, shape (E,)
         No element's ``f`` is lower than at its start.
     """
-    f, g, h = fun(x)
-    active = np.ones(x.shape, dtype=bool)
+    x = np.array(x, dtype=np.float64)
+    index = np.arange(x.size)
+    f, g, h = fun(x, index)
     for _ in range(steps):
-        direction = np.where(active, np.maximum(x - g / np.minimum(h, -1e-300), lower) - x, 0.0)
-        size = np.ones_like(x)
+        if index.size == 0:
+            break
+        start = x[index]
+        direction = np.maximum(start - g / np.minimum(h, -1e-300), lower) - start
+        size = np.ones_like(start)
         for _ in range(60):
-            fc, gc, hc = fun(x + size * direction)
+            fc, gc, hc = fun(start + size * direction, index)
             small = np.abs(size * direction) < tol
             better = (fc >= f) & ~small
             if np.all(better | small):
                 break
             size = np.where(better | small, size, size / 2)
-        x, f, g, h = (np.where(better, new, old) for new, old in ((x + size * direction, x), (fc, f), (gc, g), (hc, h)))
-        active = better
-        if not active.any():
-            break
+        x[index] = np.where(better, start + size * direction, start)
+        index, f, g, h = index[better], fc[better], gc[better], hc[better]
     return x
 
 
@@ -218,26 +221,29 @@ def _base_update(pseudo_counts: np.ndarray, level_totals: np.ndarray, d: np.ndar
     -------
     ndarray, shape (K, C, C)
     """
+    n_workers, n_classes = pseudo_counts.shape[:2]
     diag = np.diagonal(pseudo_counts, axis1=1, axis2=2)  # (K, C)
     rest = pseudo_counts.sum(axis=-1) - diag
-    a = -np.expm1(-d)[None]  # (1, H, C)
-    n = level_totals
+    # one row (k, t) per element: its diagonal and off-diagonal totals, and per level n_h and a_h
+    m_t, r = diag.ravel(), rest.ravel()
+    n = level_totals.transpose(0, 2, 1).reshape(n_workers * n_classes, -1)  # (K C, H)
+    a = np.broadcast_to(-np.expm1(-d).T[None], (n_workers, n_classes, d.shape[0])).reshape(n.shape)
 
-    def fun(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def fun(v: np.ndarray, i: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         u = 1.0 / (1.0 + np.exp(-v))
         q = u * (1.0 - u)
-        shrink = 1.0 - a * u[:, None]
-        f = -diag * np.logaddexp(0.0, -v) - rest * np.logaddexp(0.0, v) - (n * np.log(shrink)).sum(axis=1)
-        g = diag * (1.0 - u) - rest * u + (n * a * q[:, None] / shrink).sum(axis=1)
-        h = -(diag + rest) * q + (n * a * (1.0 - 2.0 * u[:, None] + a * u[:, None] ** 2) * q[:, None]
-                                  / shrink**2).sum(axis=1)
+        ni, ai, ui = n[i], a[i], u[:, None]
+        shrink = 1.0 - ai * ui
+        f = -m_t[i] * np.logaddexp(0.0, -v) - r[i] * np.logaddexp(0.0, v) - (ni * np.log(shrink)).sum(axis=1)
+        g = m_t[i] * (1.0 - u) - r[i] * u + (ni * ai * q[:, None] / shrink).sum(axis=1)
+        h = -(m_t[i] + r[i]) * q + (ni * ai * (1.0 - 2.0 * ui + ai * ui**2) * q[:, None] / shrink**2).sum(axis=1)
         return f, g, h
 
-    v = maximize_concave_1d(np.log(diag) - np.log(rest), fun)
+    v = maximize_concave_1d(np.log(m_t) - np.log(r), fun).reshape(n_workers, n_classes)
     u = 1.0 / (1.0 + np.exp(-v))
     with np.errstate(divide="ignore"):
         log_B = np.log(pseudo_counts) + (np.log1p(-u) - np.log(rest))[..., None]
-    idx = np.arange(diag.shape[1])
+    idx = np.arange(n_classes)
     log_B[:, idx, idx] = -np.logaddexp(0.0, -v)
     return log_B
 
@@ -262,21 +268,24 @@ def _penalty_update(
     -------
     ndarray, shape (H, C); ``d[0] = 0``
     """
-    b = np.exp(np.diagonal(log_B, axis1=1, axis2=2))[:, None, :]  # (K, 1, C)
-    correct = np.diagonal(base_counts, axis1=2, axis2=3).sum(axis=0)[1:]  # (H-1, C)
-    n = base_counts.sum(axis=-1)[:, 1:]  # (K, H-1, C)
+    n_levels, n_classes = d.shape
+    # one (level h >= 1, class t) per element, with its workers along the second axis
+    b = np.tile(np.exp(np.diagonal(log_B, axis1=1, axis2=2)).T, (n_levels - 1, 1))  # (E, K)
+    correct = np.diagonal(base_counts, axis1=2, axis2=3).sum(axis=0)[1:].ravel()  # (E,)
+    n = base_counts.sum(axis=-1)[:, 1:].reshape(base_counts.shape[0], -1).T  # (E, K)
 
-    def fun(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        e = np.exp(-x)[None]
-        denom = 1.0 - b + b * e
-        p = b * e / denom
-        f = -correct * x - (n * np.log(denom)).sum(axis=0) - 0.5 * prior * x**2
-        g = -correct + (n * p).sum(axis=0) - prior * x
-        h = -(n * p * (1.0 - p)).sum(axis=0) - prior
+    def fun(x: np.ndarray, i: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        bi, ni = b[i], n[i]
+        e = np.exp(-x)[:, None]
+        denom = 1.0 - bi + bi * e
+        p = bi * e / denom
+        f = -correct[i] * x - (ni * np.log(denom)).sum(axis=1) - 0.5 * prior * x**2
+        g = -correct[i] + (ni * p).sum(axis=1) - prior * x
+        h = -(ni * p * (1.0 - p)).sum(axis=1) - prior
         return f, g, h
 
     new = np.zeros_like(d)
-    new[1:] = maximize_concave_1d(d[1:].copy(), fun, lower=0.0)
+    new[1:] = maximize_concave_1d(d[1:].ravel(), fun, lower=0.0).reshape(n_levels - 1, n_classes)
     return new
 
 
