@@ -286,6 +286,19 @@ def test_penalty_update_is_the_constrained_optimum():
     assert d[2, 1] == 0.0
 
 
+def test_warm_start_from_a_model_saved_before_the_penalties(planted):
+    """A model exported by the noise-only dds (no ``d``) warm-starts with ``d = 0``; the levels are open."""
+    blocks, K, _, _ = planted
+    model = DifficultyDawidSkene(K, 4, n_levels=2, start_from_ds=True)
+    result, _ = run(model, blocks)
+    previous = {key: value for key, value in model.export_params(result.params).items() if key != "d"}
+    init = model.init_params(sum_stats(model.init_block(b)[1] for b in blocks))
+    warm = model.warm_start(init, previous, np.arange(K))
+    assert warm["stage"] == 1 and np.all(warm["d"] == 0.0)
+    np.testing.assert_allclose(warm["log_B"], result.params["log_B"])
+    np.testing.assert_allclose(warm["log_pi"], level_log_pi(warm["log_B"], warm["w"], warm["log_noise"]))
+
+
 def test_same_seed_same_answer(planted):
     blocks, K, _, _ = planted
     model = DifficultyDawidSkene(K, 4, seed=3)
