@@ -335,3 +335,26 @@ def test_sessions_regroup_blocks_one_by_one(spark):
     assert sorted(x for p in parts for x in p) == list(range(24))
     three = _regroup(spark.sparkContext.parallelize(range(9), 3), 2).glom().collect()
     assert sorted(len(p) for p in three) == [4, 5]
+
+
+def test_session_refuses_a_reply_to_another_request():
+    """A task's reply must answer the request just sent; one that does not (a protocol bug) is an error, not
+    statistics added to the sweep."""
+    import socket
+
+    from crowdspark.engine.session import SessionError, SweepSession, _frame, _receive
+
+    driver, task = socket.socketpair()
+    try:
+        task.sendall(_frame(("stats", 6, {"n": np.array(1.0)})))  # the answer to an older request
+        request = _frame(("run", 7, None, None, False))
+        with pytest.raises(SessionError, match=r"task 0 answered request 6 to request 7"):
+            SweepSession._exchange(None, [driver], 7, request, request)
+        assert _receive(task)[1] == 7  # the request itself went out
+        task.sendall(_frame(("stats", 8, {"n": np.array(1.0)})))
+        request = _frame(("run", 8, None, None, False))
+        replies = SweepSession._exchange(None, [driver], 8, request, request)
+        assert replies[0][1] == 8
+    finally:
+        driver.close()
+        task.close()

@@ -208,7 +208,7 @@ class SweepSession:
         self._injected = False
         self._stopping = False
         self._request = 0
-        self._replay: list[bytes] = []  # stateful: the requests served so far, in order
+        self._replay: list[tuple[int, bytes]] = []  # stateful: the requests served so far (id, frame), in order
         self._replay_due = False
         self.stateful = stateful
         self.served = 0
@@ -304,10 +304,18 @@ class SweepSession:
         self.restarts += 1
         self._replay_due = self.stateful and bool(self._replay)
 
-    def _exchange(self, connections: list[socket.socket], message: bytes, failing: bytes) -> list[Any]:
+    def _exchange(self, connections: list[socket.socket], request: int, message: bytes, failing: bytes) -> list[Any]:
+        """Send request ``request`` to every task and return their replies, each checked to answer it."""
         for partition, sock in enumerate(connections):
             sock.sendall(failing if partition == 0 else message)
-        return [_receive(sock) for sock in connections]
+        replies = [_receive(sock) for sock in connections]
+        for partition, reply in enumerate(replies):
+            if reply[1] != request:
+                raise SessionError(
+                    f"spark engine session: task {partition} answered request {reply[1]!r} to request {request}; "
+                    "the session protocol is out of step (a bug: please report it)"
+                )
+        return replies
 
     def map_reduce(self, fn: BlockFn, value: Any, sweep: int = 0) -> Stats:
         """Run ``fn`` on every block of every task and return the statistics summed in partition order."""
@@ -321,15 +329,15 @@ class SweepSession:
             try:
                 if self._replay_due:  # restarted tasks hold the session's initial states
                     log.info("spark engine session: replaying %d sweep(s) to the restarted tasks", len(self._replay))
-                    for earlier in self._replay:
-                        replies = self._exchange(connections, earlier, earlier)
+                    for earlier_request, earlier in self._replay:
+                        replies = self._exchange(connections, earlier_request, earlier, earlier)
                         if any(reply[0] == "error" for reply in replies):
                             break
                     else:
                         self._replay_due = False
                     if self._replay_due:
                         raise EOFError("a task failed during the replay")
-                replies = self._exchange(connections, message, failing)
+                replies = self._exchange(connections, self._request, message, failing)
             except (OSError, EOFError) as error:
                 log.warning("spark engine session: a task was lost (%s); waiting for Spark to restart the stage",
                             error)
@@ -345,14 +353,14 @@ class SweepSession:
             for reply in replies:
                 total = add_stats(total, reply[2])
             if self.stateful:
-                self._replay.append(message)
+                self._replay.append((self._request, message))
             self.served += 1
             return total
 
     @property
     def replay_bytes(self) -> int:
         """Size of the requests kept for a replay (stateful sessions)."""
-        return sum(len(frame) for frame in self._replay)
+        return sum(len(frame) for _, frame in self._replay)
 
     @property
     def failed(self) -> bool:
