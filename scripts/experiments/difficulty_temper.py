@@ -8,9 +8,9 @@ Model: worker k has one matrix ``B[k] = softmax(theta[k])``; at level h it label
 every worker's log-odds by the same factor, which keeps each worker's biases instead of mixing towards
 uniform as ``dds`` does).  MAP EM from majority vote, smoothing 0.5 and stopping rule as DS; the M-step for
 ``theta`` is Newton steps per row with step halving (it is not closed-form), ``tau`` by 1-D Newton steps.
-H = 1 is Dawid-Skene (same numbers); each dataset is fitted with H = 1 and H = 2 and BIC picks.  Prints DS's error and
-the prototype's, with the fitted ``tau`` and ``beta`` (H = 2) and BIC's choice.  Experiment code on the project's kernels
-(``label_loglik``, ``confusion_counts``), local only; not part of the library.
+H = 1 is Dawid-Skene (same numbers); each dataset is fitted with H = 1 and H = 2 and BIC picks.  Prints DS's
+error and the prototype's, with the fitted ``tau`` and ``beta`` (H = 2) and BIC's choice.  Experiment code on
+the project's kernels (``label_loglik``, ``confusion_counts``), local only; not part of the library.
 """
 from __future__ import annotations
 
