@@ -2,7 +2,8 @@
 
 Usage: ``.venv/bin/python scripts/experiments/difficulty_diagnose.py [--seed 0]``
 
-On ``paper_synthetic(seed)`` (25% of the items at w = 0.6) prints, for Dawid-Skene and dds (H = 2): the
+On ``paper_synthetic(seed)`` (25% of the items at w = 0.6) prints, for Dawid-Skene and the noise-only dds
+(``learn_penalty=False``, H = 2, the model this diagnosis was written for): the
 error, the final level weights and proportions, and ``log p(L | params) / m`` (no prior), started from
 majority vote and started from the planted parameters, with smoothing 0.5 and 0.05; plus the error of the
 planted parameters themselves (an oracle) and of the planted base matrices alone (H = 1).
@@ -87,9 +88,9 @@ def main(argv: list[str] | None = None) -> None:
     start = (0.98 * pi[:, 0] + 0.02 / C, planted["level_noise"], beta)
     for s in (0.5, 0.05):
         print(f"- dds H=2, smoothing {s}, from majority vote: "
-              + evaluate(DifficultyDawidSkene(K, C, smoothing=s, max_iter=500), blocks, m))
+              + evaluate(DifficultyDawidSkene(K, C, smoothing=s, max_iter=500, learn_penalty=False), blocks, m))
         print(f"- dds H=2, smoothing {s}, from the planted parameters: "
-              + evaluate(PlantedStart(K, C, smoothing=s, max_iter=500, planted=start), blocks, m))
+              + evaluate(PlantedStart(K, C, smoothing=s, max_iter=500, learn_penalty=False, planted=start), blocks, m))
 
 
 if __name__ == "__main__":
