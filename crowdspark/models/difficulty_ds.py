@@ -150,8 +150,18 @@ def level_log_pi(
     -------
     ndarray, shape (K, H, C, C)
     """
+    return _mix_noise(_level_base(log_B, d), w, log_noise)
+
+
+def _level_base(log_B: np.ndarray, d: np.ndarray | None) -> np.ndarray:
+    """``log S`` (K, H, C, C) of :func:`penalized_log_B`, or ``log B`` broadcast (K, 1, C, C) without
+    penalties."""
+    return log_B[:, None] if d is None or not np.any(d) else penalized_log_B(log_B, d)
+
+
+def _mix_noise(base: np.ndarray, w: np.ndarray, log_noise: np.ndarray) -> np.ndarray:
+    """``log((1 - w[h]) exp(base) + w[h] U[k, c])``, shape (K, H, C, C), from ``base`` of :func:`_level_base`."""
     wh = w[None, :, None, None]
-    base = log_B[:, None] if d is None or not np.any(d) else penalized_log_B(log_B, d)
     with np.errstate(divide="ignore"):
         return np.logaddexp(np.log1p(-wh) + base, np.log(wh) + log_noise[:, None, None, :])
 
@@ -361,8 +371,8 @@ def dds_m_step(
     """
     n_levels, n_classes = counts.shape[1], counts.shape[-1]
     d = np.zeros((n_levels, n_classes)) if d is None else d
-    log_pi = level_log_pi(log_B, w, log_noise, d)
-    base = log_B[:, None] if not np.any(d) else penalized_log_B(log_B, d)
+    base = _level_base(log_B, d)
+    log_pi = _mix_noise(base, w, log_noise)
     with np.errstate(divide="ignore"):
         log_from_base = np.log1p(-w)[None, :, None, None] + base - log_pi
     z = np.exp(log_from_base)  # P(Z = 1 | k, h, t, c), (K, H, C, C)
@@ -380,29 +390,27 @@ def dds_m_step(
         for _ in range(2):
             new_log_B = _base_update(rows, totals, new_d)
             new_d = _penalty_update(base_counts, new_log_B, new_d, penalty_prior)
-    order = _level_order(new_log_B, new_w, new_d, log_noise, penalty_prior is not None)
-    new_w, new_d, beta = new_w[order], new_d[order], beta[order]
+    new_log_pi = level_log_pi(new_log_B, new_w, log_noise, new_d)
+    order = _level_order(new_log_pi, new_w, by_accuracy=penalty_prior is not None)
     return {
         "log_B": new_log_B,
-        "w": new_w,
-        "d": new_d,
+        "w": new_w[order],
+        "d": new_d[order],
         "log_alpha": np.log(normalize_rows(classes, smoothing)),
-        "log_beta": np.log(beta),
-        "log_pi": level_log_pi(new_log_B, new_w, log_noise, new_d),
+        "log_beta": np.log(beta[order]),
+        "log_pi": new_log_pi[:, order],
     }
 
 
-def _level_order(
-    log_B: np.ndarray, w: np.ndarray, d: np.ndarray, log_noise: np.ndarray, by_accuracy: bool
-) -> np.ndarray:
+def _level_order(log_pi: np.ndarray, w: np.ndarray, by_accuracy: bool) -> np.ndarray:
     """Order of the levels: 0 first, then 1..H-1 by increasing ``w`` or, with penalties, by decreasing mean
-    probability of the correct answer (over workers and classes).  The likelihood and the prior are
-    invariant under relabelling levels 1..H-1, so the order costs nothing and EM's guarantee holds."""
+    probability of the correct answer (over workers and classes) in ``log_pi`` (K, H, C, C).  The
+    likelihood and the prior are invariant under relabelling levels 1..H-1, so the order costs nothing and
+    EM's guarantee holds."""
     if len(w) <= 2:
         return np.arange(len(w))
     if not by_accuracy:
         return np.concatenate([[0], 1 + np.argsort(w[1:], kind="stable")])
-    log_pi = level_log_pi(log_B, w, log_noise, d)
     accuracy = np.exp(np.diagonal(log_pi, axis1=2, axis2=3)).mean(axis=(0, 2))  # (H,)
     return np.concatenate([[0], 1 + np.argsort(-accuracy[1:], kind="stable")])
 
