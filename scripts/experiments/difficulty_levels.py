@@ -18,19 +18,10 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
 from _data import load  # noqa: E402
-from difficulty_eval import REAL, synthetic_blocks  # noqa: E402
+from difficulty_eval import REAL, planted_blocks, synthetic_blocks  # noqa: E402
 
 from crowdspark.engine.local import LocalEngine  # noqa: E402
 from crowdspark.models.difficulty_ds import DifficultyDawidSkene, choose_levels_ds  # noqa: E402
-from crowdspark.synthetic import idbla_data  # noqa: E402
-
-
-def planted_blocks():
-    from tests.test_difficulty_model import PLANTED, frames_to_coded_blocks
-
-    labels, truth, _ = idbla_data(**PLANTED)
-    blocks, K, _ = frames_to_coded_blocks(labels, truth)
-    return blocks, K, PLANTED["n_classes"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in ("planted",) + REAL + ("synthetic",):
         if name == "planted":
-            blocks, K, C = planted_blocks()
+            blocks, K, C = planted_blocks(0)
         elif name == "synthetic":
             blocks, K, C = synthetic_blocks(0)
         else:
