@@ -14,12 +14,12 @@ from typing import Any
 from crowdspark.errors import ConfigError
 from crowdspark.models.base import Model
 from crowdspark.models.dawid_skene import DawidSkene
-from crowdspark.models.difficulty_ds import DifficultyDawidSkene, choose_levels_ds
+from crowdspark.models.difficulty_ds import DifficultyDawidSkene
 from crowdspark.models.idbla_cvb import IdblaCvb, IdblaCvb0
-from crowdspark.models.idbla_gibbs import Bcc, FixedIdbla, IdblaGibbs, paper_preset
+from crowdspark.models.idbla_gibbs import Bcc, FixedIdbla, IdblaGibbs
 from crowdspark.models.majority_vote import MajorityVote
 
-__all__ = ["ALGORITHMS", "register", "algorithm_names", "hyperparameters", "build_model"]
+__all__ = ["ALGORITHMS", "PRESETS", "register", "algorithm_names", "algorithm_class", "hyperparameters", "build_model"]
 
 _DATA_FIELDS = ("n_workers", "n_classes", "seed")
 
@@ -40,23 +40,21 @@ register("idbla-cvb", IdblaCvb)
 register("idbla-cvb0", IdblaCvb0)
 register("dds", DifficultyDawidSkene)
 
+#: named parameter sets (``--set <algorithm>.preset=<name>``): preset name -> algorithm -> Preset
+PRESETS: dict[str, dict[str, Any]] = {}
+for _name, _cls in ALGORITHMS.items():
+    for _preset, _value in _cls.presets.items():
+        PRESETS.setdefault(_preset, {})[_name] = _value
 
-def level_chooser(name: str):
-    """The function that chooses H for algorithm ``name`` (``make, engine, levels[, criterion]``)."""
-    if name == "dds":
-        return choose_levels_ds
-    from crowdspark.model_selection import choose_levels
-
-    return choose_levels
-
-#: named parameter sets: ``--set <algorithm>.preset=paper``
-PRESETS: dict[str, dict[str, Any]] = {
-    "paper": {"bcc": paper_preset, "idbla": paper_preset, "fixed-idbla": paper_preset},
-}
 
 
 def algorithm_names() -> list[str]:
     return list(ALGORITHMS)
+
+
+def algorithm_class(name: str) -> type[Model]:
+    """The model class of algorithm ``name``."""
+    return _lookup(name)
 
 
 def _lookup(name: str) -> type[Model]:
@@ -104,10 +102,8 @@ def build_model(name: str, params: dict[str, Any], n_workers: int, n_classes: in
         )
     model = cls(n_workers=n_workers, n_classes=n_classes, seed=seed, **params)
     if preset is not None:
-        makers = PRESETS.get(preset, {})
-        if name not in makers:
-            available = sorted(p for p, m in PRESETS.items() if name in m)
-            raise ConfigError(f"{name}.preset must be one of {available}, but got {preset!r}")
-        # the preset sets the paper's values; explicit parameters given next to it still win
-        model = replace(makers[name](model), **params)
+        if preset not in cls.presets:
+            raise ConfigError(f"{name}.preset must be one of {sorted(cls.presets)}, but got {preset!r}")
+        # the preset sets its values; explicit parameters given next to it still win
+        model = replace(cls.presets[preset].apply(model), **params)
     return model

@@ -120,12 +120,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             logging.getLogger(name).setLevel(level)
         return execute(args, command_line("crowdspark reproduce", argv[1:]))
     if args.command == "algorithms":
-        from crowdspark.algorithms import algorithm_names, hyperparameters
-        from crowdspark.runner import AUTO_LEVELS
+        from crowdspark.algorithms import algorithm_class, algorithm_names, hyperparameters
 
         listing = {name: hyperparameters(name) for name in algorithm_names()}
-        for name, levels in AUTO_LEVELS.items():  # H is chosen at run time unless it is set
-            listing[name]["n_levels"] = f"chosen among {levels} by BIC unless set"
+        for name in listing:
+            cls = algorithm_class(name)
+            levels = list(getattr(cls, "auto_levels", ()))
+            if levels:  # H is chosen at run time unless it is set
+                criterion = cls.default_level_criterion.upper()
+                listing[name]["n_levels"] = f"chosen among {levels} by {criterion} unless set"
         print(json.dumps(listing, indent=2, default=str))
         return EXIT_OK
     try:

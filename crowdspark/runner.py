@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from crowdspark import __version__
-from crowdspark.algorithms import build_model, hyperparameters, level_chooser
+from crowdspark.algorithms import algorithm_class, build_model, hyperparameters
 from crowdspark.block import Block, build_blocks
 from crowdspark.config import RunConfig
 from crowdspark.errors import ConfigError, InputError
@@ -27,6 +27,7 @@ from crowdspark.engine.base import Engine
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.checkpoint import Checkpointer
 from crowdspark.engine.loop import FitResult, WarmStart, finish_fn, fit
+from crowdspark.engine.select import choose_levels, level_plan
 from crowdspark.metrics import gold_stats, level_error_stats, metrics_from_stats
 from crowdspark.models.base import Model, State
 from crowdspark.output import (
@@ -86,15 +87,6 @@ def evaluate(model: Model, engine: Engine, params: Any) -> dict[str, Any]:
     stats = engine.map_reduce(partial(_evaluate_block, model), params, stateful=False)
     return metrics_from_stats(stats)
 
-
-#: configuration keys of level models handled here, not by the model: candidates and criterion for H
-SELECTION_KEYS = ("select_levels", "level_criterion")
-#: the paper's protocol (section 5.2): try several H, keep the largest log p(L | pi, T, Q)
-PAPER_LEVELS = {"idbla": [1, 2, 3, 4], "fixed-idbla": [2, 3, 4]}
-#: models whose H is chosen (by their default criterion) unless ``n_levels`` or ``select_levels`` is set:
-#: ``dds`` with H = 1 is exactly Dawid-Skene, so data without difficulty get no empty "hard" level
-#: (H = 3 never won on the bundled data, docs/difficulty_model.md)
-AUTO_LEVELS = {"dds": [1, 2]}
 
 
 @dataclass(frozen=True)
@@ -156,12 +148,8 @@ def fit_configured(
 ) -> tuple[Model, FitResult, dict | None]:
     """Build the configured model and fit it, first choosing H when the configuration asks for it.
 
-    ``<algorithm>.select_levels = [1, 2, 3]`` fits each H and keeps the best by ``level_criterion``
-    (default ``"aic"`` for the IDBLA family, see :mod:`crowdspark.model_selection`; ``"bic"`` for ``dds``,
-    see :func:`crowdspark.models.difficulty_ds.choose_levels_ds`); ``preset = "paper"`` implies the paper's
-    protocol (its criterion over :data:`PAPER_LEVELS`) unless ``select_levels`` is given; a model of
-    :data:`AUTO_LEVELS` chooses among those H unless ``n_levels`` or ``select_levels`` is given, or a
-    warm start fixes H to the previous run's.
+    Whether and among which H the run chooses is :func:`crowdspark.engine.select.level_plan`'s decision;
+    the choice is :func:`crowdspark.engine.select.choose_levels`'s.
 
     Returns
     -------
@@ -169,33 +157,16 @@ def fit_configured(
         ``selection`` is ``{"criterion", "chosen", "table"}`` or ``None``.
     """
     name = config.algorithm
-    params = config.algorithm_params()
-    candidates = params.pop("select_levels", None)
-    criterion = params.pop("level_criterion", None)
-    if candidates is None and params.get("preset") == "paper" and name in PAPER_LEVELS:
-        candidates, criterion = PAPER_LEVELS[name], criterion or "paper"
-    if candidates is None and "n_levels" not in params and name in AUTO_LEVELS:
-        if warm_start is not None and "n_levels" in warm_start.parameters:
-            # a warm start continues the previous run's levels: choosing again could change H, and a warm
-            # start needs the same H
-            params["n_levels"] = warm_start.parameters["n_levels"]
-            log.info("%s: H = %d, as in the warm-start model", name, params["n_levels"])
-        else:
-            candidates = AUTO_LEVELS[name]
+    plan = level_plan(algorithm_class(name), config.algorithm_params(),
+                      warm_start.parameters if warm_start is not None else None)
+    params = plan.params
     selection = None
-    if candidates is not None or criterion is not None:
-        if "n_levels" not in hyperparameters(name):
-            raise ConfigError(f"{name}.select_levels applies only to models with difficulty levels; remove it")
-        if not isinstance(candidates, list) or not candidates or not all(
-            isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in candidates
-        ):
-            raise ConfigError(f"{name}.select_levels must be a list of integers >= 1, but got {candidates!r}")
+    if plan.candidates is not None:
 
         def make(h: int) -> Model:
             return build_model(name, {**params, "n_levels": h}, n_workers, n_classes, config.seed)
 
-        chooser = level_chooser(name)
-        choice = chooser(make, engine, candidates, **({"criterion": criterion} if criterion else {}))
+        choice = choose_levels(make, engine, plan.candidates, plan.criterion)
         params["n_levels"] = choice.chosen
         selection = {"criterion": choice.criterion, "chosen": choice.chosen, "table": choice.table}
         log.info("%s: chose H = %d by %s", name, choice.chosen, choice.criterion)

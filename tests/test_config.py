@@ -7,10 +7,9 @@ from dataclasses import fields
 
 import pytest
 
-from crowdspark.algorithms import algorithm_names, hyperparameters
+from crowdspark.algorithms import algorithm_class, algorithm_names, hyperparameters
 from crowdspark.config import EngineConfig, GoldConfig, InputConfig, OutputConfig, RunConfig, load_config
 from crowdspark.errors import ConfigError
-from crowdspark.runner import AUTO_LEVELS
 from tests.helpers import DATA
 
 DEFAULT = DATA.parent / "conf" / "default.toml"
@@ -26,7 +25,7 @@ def test_default_toml_documents_every_key_with_the_code_default():
         assert tree[name] == expected, name
     for algorithm in algorithm_names():
         expected = hyperparameters(algorithm)
-        if algorithm in AUTO_LEVELS:  # H is chosen at run time unless n_levels is set (documented in a comment)
+        if getattr(algorithm_class(algorithm), "auto_levels", ()):  # H is chosen at run time unless n_levels is set (documented in a comment)
             del expected["n_levels"]
         assert tree.get(algorithm, {}) == expected, algorithm
     assert load_config([DEFAULT]) == RunConfig(algorithms={k: v for k, v in tree.items() if k in algorithm_names()})

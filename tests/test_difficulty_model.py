@@ -14,6 +14,7 @@ import pytest
 from crowdspark.block import build_blocks
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import finish_fn, fit
+from crowdspark.engine.select import choose_levels
 from crowdspark.errors import ConfigError
 from crowdspark.metrics import level_error_stats
 from crowdspark.models.dawid_skene import DawidSkene
@@ -21,7 +22,6 @@ from crowdspark.models.difficulty_ds import (
     DifficultyDawidSkene,
     _base_update,
     _penalty_update,
-    choose_levels_ds,
     level_log_pi,
     penalized_log_B,
 )
@@ -318,7 +318,7 @@ def test_same_seed_same_answer(planted):
 
 def test_bic_finds_planted_levels_and_none_in_dawid_skene_data(planted):
     blocks, K, _, _ = planted
-    choice = choose_levels_ds(lambda h: DifficultyDawidSkene(K, 4, n_levels=h), LocalEngine(blocks), (1, 2, 3))
+    choice = choose_levels(lambda h: DifficultyDawidSkene(K, 4, n_levels=h), LocalEngine(blocks), (1, 2, 3))
     assert choice.chosen == 2 and choice.criterion == "bic"
     assert [row["n_levels"] for row in choice.table] == [1, 2, 3]
     # a level costs its proportion, its noise weight and C = 4 class penalties
@@ -327,7 +327,7 @@ def test_bic_finds_planted_levels_and_none_in_dawid_skene_data(planted):
     ds_blocks, ds_K, _ = frames_to_coded_blocks(labels, truth)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ds_choice = choose_levels_ds(
+        ds_choice = choose_levels(
             lambda h: DifficultyDawidSkene(ds_K, 3, n_levels=h), LocalEngine(ds_blocks), (1, 2)
         )
     assert ds_choice.chosen == 1
@@ -335,7 +335,7 @@ def test_bic_finds_planted_levels_and_none_in_dawid_skene_data(planted):
 
 def test_icl_adds_twice_the_level_entropy_to_bic_and_finds_planted_levels(planted):
     blocks, K, _, _ = planted
-    choice = choose_levels_ds(lambda h: DifficultyDawidSkene(K, 4, n_levels=h), LocalEngine(blocks), (1, 2),
+    choice = choose_levels(lambda h: DifficultyDawidSkene(K, 4, n_levels=h), LocalEngine(blocks), (1, 2),
                               criterion="icl")
     assert choice.chosen == 2 and choice.criterion == "icl"
     one, two = choice.table
@@ -370,14 +370,6 @@ def test_invalid_parameters_are_rejected(fields, message):
         DifficultyDawidSkene(4, 3, **fields)
 
 
-def test_choose_levels_rejects_unknown_criterion_and_bad_levels():
-    engine = LocalEngine([])
-    with pytest.raises(ConfigError, match=r"criterion must be one of \['bic', 'aic', 'icl'\], but got 'paper'"):
-        choose_levels_ds(lambda h: DifficultyDawidSkene(4, 3, n_levels=h), engine, criterion="paper")
-    with pytest.raises(ConfigError, match=r"levels must be an integer >= 1, but got 0"):
-        choose_levels_ds(lambda h: DifficultyDawidSkene(4, 3, n_levels=h), engine, levels=(0, 1))
-
-
 # ---- Spark ---------------------------------------------------------------------------------------------
 
 
@@ -397,7 +389,7 @@ def test_spark_engine_gives_the_local_answer_on_any_partitioning(spark):
             try:
                 remote = fit(model, engine)
                 blobs = engine.item_blobs(partial(finish_fn, model), remote.params).collect()
-                choice = choose_levels_ds(lambda h: replace(model, n_levels=h), engine, (1, 2))
+                choice = choose_levels(lambda h: replace(model, n_levels=h), engine, (1, 2))
             finally:
                 engine.close()
             remote_items = [pickle.loads(row[0]) for row in blobs]
@@ -413,6 +405,6 @@ def test_spark_engine_gives_the_local_answer_on_any_partitioning(spark):
             np.testing.assert_array_equal(ids, ids_l)
             np.testing.assert_array_equal(labels, labels_l)
             np.testing.assert_allclose(post, post_l, atol=1e-10)
-            assert choice.chosen == choose_levels_ds(
+            assert choice.chosen == choose_levels(
                 lambda h: replace(model, n_levels=h), LocalEngine(blocks), (1, 2)
             ).chosen

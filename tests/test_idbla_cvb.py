@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -22,7 +23,6 @@ from crowdspark.models.idbla_cvb import (
     collapsed_log_joint,
     cvb_tables,
     cvb_update,
-    fit_sequential,
     label_multiplicity,
     max_change_bound,
     next_damping,
@@ -34,6 +34,8 @@ from crowdspark.stats import sum_stats
 from tests.helpers import load_dataset
 
 DATA = Path(__file__).resolve().parents[1] / "data"
+sys.path.insert(0, str(DATA.parent / "scripts" / "experiments"))
+from cvb_sequential import fit_sequential  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -80,7 +80,7 @@ def test_posteriors_are_distributions(data, scheme):
         np.testing.assert_allclose(r.extra["level_posterior"].sum(axis=1), 1.0)
         assert r.extra["level"].dtype == np.int32 and r.extra["level"].shape == (block.n_items,)
         assert r.extra["epsilon"].shape == (block.n_items,)
-    assert result.n_iter == model.max_sweeps == 40
+    assert result.n_iter == model.schedule.max_sweeps == 40
     assert result.params["n_kept"] == 30
     assert all("loglik" in h and "level_share_0" in h for h in result.history)
 
@@ -218,7 +218,7 @@ def test_sweeps_draw_from_single_precision_tables_and_keep_double_results():
     tables = model.step_params(params)
     assert all(t.dtype == SWEEP_DTYPE == np.float32 for t in tables.values())
     block, state = blocks[0], engine.states[0]
-    sweep = model.max_sweeps + 1  # a kept sweep
+    sweep = model.schedule.max_sweeps + 1  # a kept sweep
     single_state, single = model.local_step(block, state, tables, sweep)
     double_state, double = model.local_step(
         block, state, model.log_tables(params["pi"], params["alpha"], params["beta"]), sweep)

@@ -1,4 +1,4 @@
-"""Tests of choosing H (crowdspark.model_selection)."""
+"""Tests of choosing H (crowdspark.engine.select) for every level model."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ import pytest
 
 from crowdspark.engine.local import LocalEngine
 from crowdspark.errors import ConfigError
-from crowdspark.model_selection import CRITERIA, choose_levels
-from crowdspark.models.idbla_gibbs import IdblaGibbs
+from crowdspark.engine.select import choose_levels, criteria, level_plan
+from crowdspark.models.dawid_skene import DawidSkene
+from crowdspark.models.difficulty_ds import DifficultyDawidSkene
+from crowdspark.models.idbla_cvb import IdblaCvb, IdblaCvb0
+from crowdspark.models.idbla_gibbs import FixedIdbla, IdblaGibbs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_idbla_gibbs import planted  # noqa: E402
@@ -27,7 +30,8 @@ def choice():
 def test_table_has_every_criterion(choice):
     assert [row["n_levels"] for row in choice.table] == [1, 2, 3]
     for row in choice.table:
-        for key in ("paper", "aic", "bic", "collapsed", "collapsed_raw", "log_evidence", "n_params", "level_sizes"):
+        for key in ("paper", "aic", "bic", "icl", "collapsed", "collapsed_raw", "log_evidence", "n_params",
+                    "level_sizes"):
             assert key in row
         assert np.isfinite(row["aic"]) and np.isfinite(row["collapsed"])
     assert choice.criterion == "aic"
@@ -50,9 +54,38 @@ def test_bic_penalizes_parameters(choice):
 
 
 def test_criteria_directions():
-    assert CRITERIA == {"aic": False, "bic": False, "collapsed": True, "collapsed_raw": True, "paper": True}
+    assert criteria(IdblaGibbs(3, 2)) == {"aic": False, "bic": False, "icl": False, "paper": True,
+                                          "collapsed": True, "collapsed_raw": True}
+    assert criteria(DifficultyDawidSkene(3, 2)) == {"aic": False, "bic": False, "icl": False}
 
 
 def test_bad_criterion_message():
-    with pytest.raises(ConfigError, match=r"criterion must be one of \['aic', 'bic', 'collapsed', 'collapsed_raw', 'paper'\], but got 'dic'"):
-        choose_levels(lambda h: None, LocalEngine([]), criterion="dic")
+    with pytest.raises(ConfigError, match=r"level_criterion must be one of \['aic', 'bic', 'icl'\], but got 'paper'"):
+        choose_levels(lambda h: DifficultyDawidSkene(3, 2, n_levels=h), LocalEngine([]), (1, 2), criterion="paper")
+    with pytest.raises(ConfigError, match="select_levels must be an integer >= 1, but got 0"):
+        choose_levels(lambda h: DifficultyDawidSkene(3, 2, n_levels=h), LocalEngine([]), (0, 1))
+
+
+@pytest.mark.filterwarnings("ignore::crowdspark.engine.loop.ConvergenceWarning")
+@pytest.mark.parametrize("cls", [IdblaCvb, IdblaCvb0, FixedIdbla, DifficultyDawidSkene])
+def test_every_level_model_can_choose_h(cls):
+    blocks, K, C, _ = planted()
+    small = {"max_iter": 30} if cls is not FixedIdbla else {"burn_in": 5, "n_samples": 10}
+    levels = (2, 3) if cls is FixedIdbla else (1, 2)
+    choice = choose_levels(lambda h: cls(K, C, n_levels=h, **small), LocalEngine(blocks), levels)
+    assert [row["n_levels"] for row in choice.table] == list(levels)
+    assert choice.chosen in levels and choice.criterion == cls.default_level_criterion
+    assert all(np.isfinite(row[choice.criterion]) for row in choice.table)
+
+
+def test_level_plan_policy():
+    assert level_plan(DawidSkene, {"max_iter": 5}).candidates is None
+    with pytest.raises(ConfigError, match="applies only to models with difficulty levels"):
+        level_plan(DawidSkene, {"select_levels": [1, 2]})
+    assert level_plan(DifficultyDawidSkene, {}).candidates == (1, 2)
+    assert level_plan(DifficultyDawidSkene, {"n_levels": 3}).candidates is None
+    warm = level_plan(DifficultyDawidSkene, {}, {"n_levels": 2})
+    assert warm.candidates is None and warm.params["n_levels"] == 2
+    paper = level_plan(IdblaGibbs, {"preset": "paper"})
+    assert paper.candidates == (1, 2, 3, 4) and paper.criterion == "paper"
+    assert level_plan(IdblaCvb, {"select_levels": [1, 2]}).candidates == (1, 2)

@@ -78,3 +78,19 @@ def test_dds_finds_bluebirds_hard_level_and_beats_dawid_skene():
     assert bic[1] < bic[0] - 50
     assert min(dds["model"]["level_penalty"][1]) > 0.5 and dds["model"]["level_noise"][1] < 0.1
     assert dds["metrics"]["error_rate"] < ds["metrics"]["error_rate"] - 0.01
+
+
+@pytest.mark.parametrize("algorithm", ["idbla-cvb", "idbla-cvb0", "fixed-idbla"])
+def test_every_level_model_chooses_h_through_the_configuration(temp, algorithm):
+    """One selector serves every level model (the collapsed-VI models had none)."""
+    levels = "[2, 3]" if algorithm == "fixed-idbla" else "[1, 2]"
+    overrides = [f"{algorithm}.select_levels={levels}"]
+    if algorithm == "fixed-idbla":
+        overrides += [f"{algorithm}.burn_in=5", f"{algorithm}.n_samples=5"]
+    config = load_config(overrides=overrides, algorithm=algorithm, engine_name="local")
+    summary = aggregate_frames(config, *temp).summary
+    selection = summary["level_selection"]
+    assert selection["criterion"] == "aic"
+    assert [r["n_levels"] for r in selection["table"]] == [int(h) for h in levels.strip("[]").split(",")]
+    best = min(selection["table"], key=lambda row: row["aic"])["n_levels"]
+    assert selection["chosen"] == best == summary["parameters"]["n_levels"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -12,10 +13,10 @@ from typing import Any
 from crowdspark.block import Block, block_counts
 from crowdspark.engine.base import Engine
 from crowdspark.engine.checkpoint import Checkpointer
-from crowdspark.models.base import ItemResult, Model, State
+from crowdspark.models.base import ItemResult, Model, State, Update
 from crowdspark.stats import Stats
 
-__all__ = ["ConvergenceWarning", "FitResult", "WarmStart", "fit", "COUNT_KEYS"]
+__all__ = ["ConvergenceWarning", "FitResult", "WarmStart", "fit", "initialize", "COUNT_KEYS"]
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,8 @@ class WarmStart:
     parameters: dict[str, Any] = field(default_factory=dict)
 
 
-def _initialize(model: Model, engine: Engine, stateful: bool) -> tuple[Any, Stats, dict[str, int]]:
+def initialize(model: Model, engine: Engine, stateful: bool) -> tuple[Any, Stats, dict[str, int]]:
+    """The model's initialization passes on the engine's blocks: ``(params, init_stats, counts)``."""
     t0 = time.perf_counter()
     init_stats = engine.map_reduce(partial(_init, model), None, stateful=stateful, sweep=0)
     counts = {key: int(init_stats.pop(key)) for key in COUNT_KEYS}
@@ -144,6 +146,7 @@ def fit(
 
 def _fit(model: Model, engine: Engine, warm_start: WarmStart | None, checkpoint: Checkpointer | None) -> FitResult:
     stateful = model.stateful
+    schedule = model.schedule
     saved = checkpoint.load() if checkpoint is not None else None
     if saved is not None:
         params, init_stats, counts = saved["params"], saved["init_stats"], saved["counts"]
@@ -153,7 +156,7 @@ def _fit(model: Model, engine: Engine, warm_start: WarmStart | None, checkpoint:
         result.n_iter = first = saved["sweep"]
         result.resumed_from = first
     else:
-        params, init_stats, counts = _initialize(model, engine, stateful)
+        params, init_stats, counts = initialize(model, engine, stateful)
         if warm_start is not None:
             params = model.warm_start(params, warm_start.params, warm_start.old_index)
             known = int((warm_start.old_index >= 0).sum())
@@ -161,8 +164,8 @@ def _fit(model: Model, engine: Engine, warm_start: WarmStart | None, checkpoint:
                      len(warm_start.old_index))
         result = FitResult(params=params, init_stats=init_stats, counts=counts)
         first = 0
-    tol = model.tol
-    if model.max_sweeps == 0:
+    tol = schedule.tol
+    if schedule.max_sweeps == 0:
         result.converged = True
         result.stop_reason = "one-pass model"
         return result
@@ -170,36 +173,47 @@ def _fit(model: Model, engine: Engine, warm_start: WarmStart | None, checkpoint:
         result.converged = True
         result.stop_reason = f"converged before the checkpoint of iteration {first}"
         return result
-    for sweep in range(first + 1, model.max_sweeps + 1):
+    last = result.history[-1] if result.history else {}
+    convergence = _Convergence(tol, None if last.get("next_stage") else last.get("objective"))
+    for sweep in range(first + 1, schedule.max_sweeps + 1):
         t1 = time.perf_counter()
         stats = engine.map_reduce(partial(_step, model, sweep), model.step_params(params), stateful=stateful,
                                   sweep=sweep)
         update = model.global_step(stats, params, sweep)
         params = update.params
+        change = convergence.change(update)
+        converged = tol is not None and change < tol
+        opened = model.next_stage(params) if converged else None
+        if opened is not None:
+            params, change, converged = opened, float("inf"), False
+            convergence.restart()
+            log.info("%s: converged at iteration %d; the next stage of the fit starts", model.name, sweep)
         seconds = time.perf_counter() - t1
-        entry = {"iteration": sweep, "objective": update.objective, "change": update.change, "seconds": seconds}
+        entry = {"iteration": sweep, "objective": update.objective, "change": change, "seconds": seconds}
         entry.update(update.extra)
+        if opened is not None:
+            entry["next_stage"] = 1.0
         result.history.append(entry)
         result.n_iter = sweep
         result.params = params
         log.info(
             "%s: iteration %d/%d objective %.6f change %.3g (%.2fs)",
-            model.name, sweep, model.max_sweeps, update.objective, update.change, seconds,
+            model.name, sweep, schedule.max_sweeps, update.objective, change, seconds,
         )
-        if tol is not None and update.change < tol:
+        if converged:
             result.converged = True
-            result.stop_reason = f"change {update.change:.3g} < tol {tol:g} at iteration {sweep}"
+            result.stop_reason = f"change {change:.3g} < tol {tol:g} at iteration {sweep}"
             break
-        if checkpoint is not None and checkpoint.due(sweep) and sweep < model.max_sweeps:
+        if checkpoint is not None and checkpoint.due(sweep) and sweep < schedule.max_sweeps:
             driver_state = {"params": params, "init_stats": init_stats, "counts": counts, "history": result.history}
             checkpoint.save(sweep, driver_state, engine, stateful)
     else:
         if tol is None:
-            result.stop_reason = f"ran all {model.max_sweeps} sweeps"
+            result.stop_reason = f"ran all {schedule.max_sweeps} sweeps"
         else:
             result.converged = False
             last = result.history[-1]["change"]
-            result.stop_reason = f"reached max_iter={model.max_sweeps} with change {last:.3g} >= tol {tol:g}"
+            result.stop_reason = f"reached max_iter={schedule.max_sweeps} with change {last:.3g} >= tol {tol:g}"
             message = (
                 f"{model.name} did not converge: {result.stop_reason}. "
                 "Increase max_iter (e.g. --set <algorithm>.max_iter=...) or loosen tol."
@@ -208,3 +222,35 @@ def _fit(model: Model, engine: Engine, warm_start: WarmStart | None, checkpoint:
             log.warning(message)
     result.params = params
     return result
+
+
+class _Convergence:
+    """The change a sweep reports: the model's own (``Update.change``), else how much the objective per
+    label moved since the previous sweep of the same stage (``inf`` for the first); ``nan`` for samplers.
+
+    Parameters
+    ----------
+    tol : float or None
+        The schedule's tolerance (``None``: a sampler, whose change is not measured).
+    previous : float, optional
+        The objective of the sweep before the first one this loop runs (a resumed fit).
+    """
+
+    def __init__(self, tol: float | None, previous: float | None) -> None:
+        self.tol = tol
+        self.previous = previous
+
+    def change(self, update: Update) -> float:
+        objective, previous = update.objective, self.previous
+        self.previous = objective
+        if update.change is not None:
+            return float(update.change)
+        if self.tol is None:
+            return float("nan")
+        if previous is None or not math.isfinite(previous):
+            return float("inf")
+        return abs(objective - previous)
+
+    def restart(self) -> None:
+        """A new stage starts: its first objective is not compared with the last stage's."""
+        self.previous = None

@@ -11,26 +11,34 @@ A model is a small, frozen, picklable object holding its hyperparameters and the
   level thresholds).  Most models have ``n_init_rounds = 0``.
 * ``local_step(block, state, params, sweep) -> (state, stats)``: one sweep over a block, on executors.
 * ``global_step(stats, params, sweep) -> Update``: driver, from the summed statistics of ``local_step``.
+* ``next_stage(params) -> params or None``: driver, when a stage of the fit has converged (a model whose
+  fit has several stages opens the next one; most models have one).
 * ``finish_block(block, state, params) -> ItemResult``: final per-item results, on executors.
 * ``worker_table(params, stats) -> dict``: final per-worker results, on the driver (size K, never I).
 
 ``state`` is per-item data that stays with its block between sweeps (``None`` when a model has none);
 ``params`` are the global parameters (arrays whose size depends on K, C and H only), broadcast each sweep;
 ``stats`` are additive (see :mod:`crowdspark.stats`).  The engines (:mod:`crowdspark.engine`) only move
-blocks and statistics; the one fit loop (:mod:`crowdspark.engine.loop`) calls these methods in order.
+blocks and statistics; the one fit loop (:mod:`crowdspark.engine.loop`) calls these methods in order and
+runs the model's :class:`Schedule`: it decides when the fit has converged, and which sweeps of a sampler
+are kept.
+
+Optional capabilities are declared, not discovered: :class:`LevelModel` (a model with H difficulty levels
+whose H can be chosen from the data by :mod:`crowdspark.engine.select`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from crowdspark.block import Block
 from crowdspark.stats import Stats
 
-__all__ = ["Model", "ItemResult", "Update", "State"]
+__all__ = ["Model", "ItemResult", "Update", "State", "Schedule", "Preset", "LevelModel"]
 
 State = dict[str, np.ndarray] | None
 
@@ -45,15 +53,16 @@ class Update:
         The new global parameters.
     objective : float
         The model's objective per label for the parameters the sweep used (see each model's docs).
-    change : float
-        The change the convergence test compares with ``tol`` (``nan`` for samplers).
+    change : float or None
+        The change the convergence test compares with ``tol``; ``None`` (most models) lets the fit loop
+        use the change of ``objective`` since the previous sweep.
     extra : dict
         Further per-sweep values recorded in the history (e.g. a sampler's log-likelihood).
     """
 
     params: Any
     objective: float
-    change: float
+    change: float | None = None
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -76,14 +85,47 @@ class ItemResult:
     extra: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """How the fit loop runs a model's sweeps.
+
+    Attributes
+    ----------
+    max_sweeps : int
+        The largest number of sweeps (0 for one-pass models such as majority vote).
+    tol : float or None
+        The fit has converged when the change of a sweep is below ``tol``; ``None`` for samplers, which run
+        every sweep.
+    burn_in : int
+        Sweeps a sampler runs before it keeps any.
+    thin : int
+        After the burn-in, every ``thin``-th sweep is kept.
+    """
+
+    max_sweeps: int = 0
+    tol: float | None = None
+    burn_in: int = 0
+    thin: int = 1
+
+    @classmethod
+    def sampler(cls, burn_in: int, n_samples: int, thin: int = 1) -> Schedule:
+        """``burn_in`` sweeps, then ``n_samples`` kept sweeps ``thin`` apart."""
+        return cls(max_sweeps=burn_in + thin * n_samples, tol=None, burn_in=burn_in, thin=thin)
+
+    @property
+    def samples(self) -> bool:
+        """Whether the model is a sampler (runs all its sweeps and keeps some)."""
+        return self.tol is None and self.max_sweeps > 0
+
+    def is_kept(self, sweep: int) -> bool:
+        """Whether ``sweep`` of a sampler is kept (after the burn-in, every ``thin``-th)."""
+        return self.samples and sweep > self.burn_in and (sweep - self.burn_in) % self.thin == 0
+
+
 class Model:
     """Base class of the kernel protocol; see the module docstring."""
 
     name: str = "model"
-    #: the largest number of sweeps (0 for one-pass models such as majority vote)
-    max_sweeps: int = 0
-    #: convergence tolerance on ``Update.change``; ``None`` for samplers that run a fixed number of sweeps
-    tol: float | None = None
     #: whether blocks carry per-item state between sweeps (the engine then keeps what the kernels return)
     stateful: bool = False
     #: number of extra initialization rounds (see ``init_round``)
@@ -94,6 +136,13 @@ class Model:
     worker_params: tuple[str, ...] = ()
     #: keys of the exported parameters copied as they are by a warm start (class/level proportions)
     shared_params: tuple[str, ...] = ()
+    #: named parameter sets (``--set <algorithm>.preset=<name>``)
+    presets: dict[str, Preset] = {}
+
+    @property
+    def schedule(self) -> Schedule:
+        """How many sweeps, and when the fit stops (default: one pass, no sweeps)."""
+        return Schedule()
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         raise NotImplementedError
@@ -117,6 +166,11 @@ class Model:
 
     def global_step(self, stats: Stats, params: Any, sweep: int) -> Update:
         raise NotImplementedError
+
+    def next_stage(self, params: Any) -> Any | None:
+        """The parameters that open the fit's next stage once the current one has converged, or ``None``
+        when the fit is complete (the default: one stage).  The loop compares no objective across stages."""
+        return None
 
     def finish_block(self, block: Block, state: State, params: Any) -> ItemResult:
         raise NotImplementedError
@@ -168,4 +222,57 @@ class Model:
 
     def summary(self, params: Any) -> dict[str, Any]:
         """Model-specific, JSON-serializable values for ``summary.json`` (global parameters etc.)."""
+        return {}
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named set of parameter values (``--set <algorithm>.preset=<name>``).
+
+    Attributes
+    ----------
+    apply : callable
+        ``apply(model) -> model`` with the preset's values; parameters the user sets beside the preset win.
+    select_levels : tuple of int, optional
+        For a :class:`LevelModel`: the H candidates the preset chooses among (unless the user sets them).
+    level_criterion : str, optional
+        The criterion of that choice.
+    """
+
+    apply: Callable[[Any], Any]
+    select_levels: tuple[int, ...] | None = None
+    level_criterion: str | None = None
+
+
+class LevelModel(Model):
+    """Capability: a model with ``n_levels`` (H) difficulty levels whose H can be chosen from the data.
+
+    :func:`crowdspark.engine.select.choose_levels` fits the model for each candidate H and compares the
+    fits by ``log p(L | params)`` (the latent variables summed out item by item) penalized by the number of
+    free parameters: AIC, BIC, or ICL (BIC plus twice the entropy of the items' posteriors over their latent
+    variables), and any criterion the model adds (:attr:`extra_level_criteria`).
+    """
+
+    n_levels: int
+    #: H candidates chosen among when the user sets neither ``n_levels`` nor ``select_levels``; empty: H is
+    #: the ``n_levels`` field's default
+    auto_levels: ClassVar[tuple[int, ...]] = ()
+    #: the criterion of a choice of H unless ``level_criterion`` is set
+    default_level_criterion: ClassVar[str] = "aic"
+    #: criteria beyond AIC, BIC and ICL that :meth:`level_row` computes: name -> whether larger is better
+    extra_level_criteria: ClassVar[dict[str, bool]] = {}
+
+    def n_free_parameters(self) -> int:
+        """Free parameters of the model (for AIC and BIC)."""
+        raise NotImplementedError
+
+    def evidence_block(self, block: Block, params: Any) -> Stats:
+        """Additive values at the fitted ``params``: ``log_evidence`` = ``sum_i log p(L_i | params)`` and
+        ``entropy`` = the summed entropy of the items' posteriors over their latent variables, plus whatever
+        :meth:`level_row` reads."""
+        raise NotImplementedError
+
+    def level_row(self, params: Any, history: list[dict[str, float]], evidence: Stats) -> dict[str, Any]:
+        """Model-specific columns of the selection table for this H: the :attr:`extra_level_criteria` and
+        descriptions of the fitted levels (``evidence`` is the sum of :meth:`evidence_block`)."""
         return {}

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from crowdspark.block import Block
-from crowdspark.models.base import ItemResult, Model, State, Update
+from crowdspark.models.base import ItemResult, Model, Schedule, State, Update
 from crowdspark.models.common import (
     argmax_random_ties,
     confusion_counts,
@@ -118,8 +118,8 @@ class DawidSkene(Model):
         check_float("ds.smoothing", self.smoothing, minimum=0.0, strict_min=True)
 
     @property
-    def max_sweeps(self) -> int:  # type: ignore[override]
-        return self.max_iter
+    def schedule(self) -> Schedule:
+        return Schedule(max_sweeps=self.max_iter, tol=self.tol)
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         votes = vote_counts(block, self.n_classes)
@@ -129,7 +129,6 @@ class DawidSkene(Model):
     def init_params(self, stats: Stats) -> dict[str, Any]:
         params = ds_m_step(stats["confusion"], stats["classes"], self.smoothing)
         params["n_labels"] = float(stats["confusion"].sum())
-        params["objective"] = float("nan")
         return params
 
     def local_step(self, block: Block, state: State, params: Any, sweep: int) -> tuple[State, Stats]:
@@ -142,11 +141,9 @@ class DawidSkene(Model):
         s = self.smoothing
         log_prior = s * (params["log_pi"].sum() + params["log_alpha"].sum())
         objective = float((stats["log_evidence"] + log_prior) / params["n_labels"])
-        change = abs(objective - params["objective"]) if np.isfinite(params["objective"]) else float("inf")
         new = ds_m_step(stats["confusion"], stats["classes"], s)
         new["n_labels"] = params["n_labels"]
-        new["objective"] = objective
-        return Update(params=new, objective=objective, change=change)
+        return Update(params=new, objective=objective)
 
     def finish_block(self, block: Block, state: State, params: Any) -> ItemResult:
         posterior, _ = ds_e_step(block, params["log_pi"], params["log_alpha"])

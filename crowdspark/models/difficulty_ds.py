@@ -1,5 +1,5 @@
 """Difficulty-aware Dawid-Skene ("dds"): item difficulty makes every worker less reliable, each worker keeps
-one confusion matrix (issue 5).
+one confusion matrix.
 
 Notation
 --------
@@ -50,24 +50,24 @@ decreases it within a stage.  The fit starts like Dawid-Skene (an M-step on the 
 With ``start_from_ds`` (off by default) it runs Dawid-Skene's EM first (every level equal, ``w = d = 0``:
 stage 0) and opens the levels once that has converged (stage 1).
 
-Choosing H: :func:`choose_levels_ds` fits each candidate H with the engine and keeps the lowest BIC,
-``-2 log p(L | B, w, d, alpha, beta) + n_params log(m_total)`` with ``n_params = K C (C - 1) + (C - 1) +
-(C + 2) (H - 1)``.  Measurements and the alternatives tried: ``docs/difficulty_model.md``.
+Choosing H (:mod:`crowdspark.engine.select`): each candidate H among ``auto_levels`` is fitted with the
+engine and the lowest BIC is kept, ``-2 log p(L | B, w, d, alpha, beta) + n_params log(m_total)`` with
+``n_params = K C (C - 1) + (C - 1) + (C + 2) (H - 1)``.  Measurements and the alternatives tried:
+``docs/difficulty_model.md``.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from crowdspark.block import Block
-from crowdspark.models.base import ItemResult, Model, State, Update
+from crowdspark.models.base import ItemResult, LevelModel, Schedule, State, Update
 from crowdspark.models.common import (
     argmax_random_ties,
     confusion_counts,
@@ -80,25 +80,10 @@ from crowdspark.models.common import (
 from crowdspark.stats import Stats
 from crowdspark.validation import check_bool, check_choice, check_float, check_int
 
-if TYPE_CHECKING:  # pragma: no cover
-    from crowdspark.engine.base import Engine
-
-__all__ = [
-    "DifficultyDawidSkene",
-    "LEVEL_CRITERIA",
-    "NOISE_CHOICES",
-    "LevelChoiceDS",
-    "choose_levels_ds",
-    "level_log_pi",
-    "dds_e_step",
-    "dds_m_step",
-    "evidence_block",
-]
+__all__ = ["DifficultyDawidSkene", "NOISE_CHOICES", "level_log_pi", "dds_e_step", "dds_m_step"]
 
 log = logging.getLogger(__name__)
 
-#: criteria of :func:`choose_levels_ds` (all: lower is better)
-LEVEL_CRITERIA = ("bic", "aic", "icl")
 #: noise distributions of the hard share of a label (see ``DifficultyDawidSkene.noise``)
 NOISE_CHOICES = ("uniform", "worker", "labels")
 #: ``uniforms`` stream of the level tie-break (stream 0 breaks ties of the class label)
@@ -447,7 +432,7 @@ def _block_stats(block: Block, resp: np.ndarray, n_workers: int, n_classes: int)
 
 
 @dataclass(frozen=True)
-class DifficultyDawidSkene(Model):
+class DifficultyDawidSkene(LevelModel):
     """Dawid-Skene with H difficulty levels that make every worker less reliable; MAP EM.
 
     Parameters
@@ -457,7 +442,7 @@ class DifficultyDawidSkene(Model):
     seed : int
         Seed of the tie-breaking draws of the final labels and levels.
     n_levels : int
-        H >= 1; H = 1 is Dawid-Skene.  See :func:`choose_levels_ds` to choose it from the data.
+        H >= 1; H = 1 is Dawid-Skene.  :mod:`crowdspark.engine.select` chooses it from the data.
     max_iter : int
         Largest number of EM iterations.
     tol : float
@@ -480,7 +465,7 @@ class DifficultyDawidSkene(Model):
         many items each level holds.
     learn_penalty : bool
         Learn the class penalties ``d[h, t] >= 0`` of levels h >= 1 (default); ``False`` keeps ``d = 0``
-        (the session-2 model, noise only, with closed-form updates).
+        (noise only, with closed-form updates).
     penalty_prior : float
         ``lambda > 0``: precision of the Gaussian prior ``N(0, 1 / lambda)`` on every ``d[h, t]``.
     init_penalty : float
@@ -510,6 +495,8 @@ class DifficultyDawidSkene(Model):
     start_from_ds: bool = False
 
     name: ClassVar[str] = "dds"
+    auto_levels: ClassVar[tuple[int, ...]] = (1, 2)
+    default_level_criterion: ClassVar[str] = "bic"
     item_extras: ClassVar[dict[str, str]] = {"level": "int", "level_posterior": "array<double>"}
     worker_params: ClassVar[tuple[str, ...]] = ("log_B",)
     shared_params: ClassVar[tuple[str, ...]] = ("log_alpha", "log_beta", "w", "d")
@@ -533,8 +520,8 @@ class DifficultyDawidSkene(Model):
         check_bool(f"{p}.start_from_ds", self.start_from_ds)
 
     @property
-    def max_sweeps(self) -> int:  # type: ignore[override]
-        return self.max_iter
+    def schedule(self) -> Schedule:
+        return Schedule(max_sweeps=self.max_iter, tol=self.tol)
 
     def n_free_parameters(self) -> int:
         """Free parameters: ``K C (C - 1)`` base cells, ``C - 1`` class proportions and, per level h >= 1,
@@ -569,7 +556,6 @@ class DifficultyDawidSkene(Model):
             "log_pi": level_log_pi(log_B, w, log_noise, d),
             "base_prior": self.pooled_prior * normalize_rows(stats["confusion"].sum(axis=0), s),
             "n_labels": float(stats["confusion"].sum()),
-            "objective": float("nan"),
         }
 
     def open_levels(self) -> tuple[np.ndarray, np.ndarray]:
@@ -607,8 +593,6 @@ class DifficultyDawidSkene(Model):
 
     def global_step(self, stats: Stats, params: Any, sweep: int) -> Update:
         objective = float((stats["log_evidence"] + self.log_prior(params)) / params["n_labels"])
-        previous = params["objective"]
-        change = abs(objective - previous) if np.isfinite(previous) else float("inf")
         stage = params["stage"]
         new = dds_m_step(
             stats["counts"],
@@ -623,23 +607,27 @@ class DifficultyDawidSkene(Model):
             d=params["d"],
             penalty_prior=self.penalty_prior if self.learn_penalty and stage == 1 else None,
         )
-        if stage == 0 and change < self.tol:
-            # Dawid-Skene has converged (every level equal): open the levels, and keep iterating
-            new["w"], new["d"] = self.open_levels()
-            new["log_pi"] = level_log_pi(new["log_B"], new["w"], params["log_noise"], new["d"])
-            stage, change = 1, float("inf")
-            log.info("dds: Dawid-Skene converged; opening %d levels", self.n_levels)
         new["stage"] = stage
         new["log_noise"] = params["log_noise"]
         new["base_prior"] = params["base_prior"]
         new["n_labels"] = params["n_labels"]
-        # the objective of a new stage is not comparable with the last one's
-        new["objective"] = objective if stage == params["stage"] else float("nan")
-        extra: dict[str, float] = {"stage": float(params["stage"])}
+        extra: dict[str, float] = {"stage": float(stage)}
         extra.update({f"w{h}": float(v) for h, v in enumerate(new["w"][1:], start=1)})
         if self.learn_penalty:
             extra.update({f"d{h}": float(row.mean()) for h, row in enumerate(new["d"][1:], start=1)})
-        return Update(params=new, objective=objective, change=change, extra=extra)
+        return Update(params=new, objective=objective, extra=extra)
+
+    def next_stage(self, params: Any) -> Any | None:
+        """After the Dawid-Skene stage of ``start_from_ds`` (every level equal) has converged: the levels
+        opened (``w = linspace(0, init_noise, H)``, ``d[1:] = init_penalty``); ``None`` once they are open."""
+        if params["stage"] != 0:
+            return None
+        new = dict(params)
+        new["w"], new["d"] = self.open_levels()
+        new["log_pi"] = level_log_pi(new["log_B"], new["w"], params["log_noise"], new["d"])
+        new["stage"] = 1
+        log.info("dds: Dawid-Skene converged; opening %d levels", self.n_levels)
+        return new
 
     # ---- outputs -------------------------------------------------------------------------------------
     def item_posteriors(self, block: Block, params: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -683,6 +671,27 @@ class DifficultyDawidSkene(Model):
         new["log_pi"] = level_log_pi(new["log_B"], new["w"], new["log_noise"], new["d"])
         return new
 
+    def evidence_block(self, block: Block, params: Any) -> Stats:
+        """``log_evidence`` = ``sum_i log p(L_i | B, w, d, alpha, beta)``; ``entropy`` = ``-sum_i sum_h r_ih
+        log r_ih`` of the items' level posteriors; ``joint_entropy`` the same for their joint (level, class)
+        posteriors."""
+        resp, log_evidence = dds_e_step(block, params)
+        levels = resp.sum(axis=2)  # (n, H)
+        entropy = -float(np.sum(levels * np.log(np.maximum(levels, 1e-300))))
+        joint = -float(np.sum(resp * np.log(np.maximum(resp, 1e-300))))
+        return {"log_evidence": np.array(float(log_evidence.sum())), "entropy": np.array(entropy),
+                "joint_entropy": np.array(joint)}
+
+    def level_row(self, params: Any, history: list[dict[str, float]], evidence: Stats) -> dict[str, Any]:
+        summary = self.summary(params)
+        return {
+            "level_entropy": float(evidence["entropy"]),
+            "joint_entropy": float(evidence["joint_entropy"]),
+            "level_noise": summary["level_noise"],
+            "level_penalty": summary["level_penalty"],
+            "level_proportions": summary["level_proportions"],
+        }
+
     def summary(self, params: Any) -> dict[str, Any]:
         return {
             "level_noise": params["w"].tolist(),
@@ -690,106 +699,3 @@ class DifficultyDawidSkene(Model):
             "level_proportions": np.exp(params["log_beta"]).tolist(),
             "class_proportions": np.exp(params["log_alpha"]).tolist(),
         }
-
-
-# ---- choosing H --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LevelChoiceDS:
-    """Result of :func:`choose_levels_ds`.
-
-    Attributes
-    ----------
-    table : list of dict
-        One row per H: ``n_levels``, ``log_evidence``, ``n_params``, ``bic``, ``aic``, ``level_entropy``,
-        ``joint_entropy``, ``icl``, ``level_noise``, ``level_penalty``, ``level_proportions``, ``n_iter``,
-        ``converged``.
-    chosen : int
-        The H with the lowest criterion.
-    criterion : str
-    """
-
-    table: list[dict[str, Any]]
-    chosen: int
-    criterion: str
-
-
-def evidence_block(model: DifficultyDawidSkene, block: Block, state: State, params: Any) -> tuple[State, Stats]:
-    """Block function, at ``params`` (use with ``stateful=False``): ``log_evidence`` = ``sum_i log p(L_i | B,
-    w, alpha, beta)``; ``level_entropy`` = ``-sum_i sum_h r_ih log r_ih`` of the items' level posteriors;
-    ``joint_entropy`` the same for their joint (level, class) posteriors."""
-    resp, log_evidence = dds_e_step(block, params)
-    levels = resp.sum(axis=2)  # (n, H)
-    entropy = -float(np.sum(levels * np.log(np.maximum(levels, 1e-300))))
-    joint = -float(np.sum(resp * np.log(np.maximum(resp, 1e-300))))
-    return state, {"log_evidence": np.array(float(log_evidence.sum())), "level_entropy": np.array(entropy),
-                   "joint_entropy": np.array(joint)}
-
-
-def _level_row(model: DifficultyDawidSkene, engine: Engine) -> dict[str, Any]:
-    # the fit loop lives one floor up (crowdspark.engine); imported here so the kernels never depend on it
-    from crowdspark.engine.loop import fit
-
-    result = fit(model, engine)
-    stats = engine.map_reduce(partial(evidence_block, model), result.params, stateful=False)
-    log_evidence = float(stats["log_evidence"])
-    n_params = model.n_free_parameters()
-    n_labels = float(result.counts["n_labels"])
-    summary = model.summary(result.params)
-    bic = -2.0 * log_evidence + n_params * math.log(max(n_labels, 1.0))
-    return {
-        "n_levels": model.n_levels,
-        "log_evidence": log_evidence,
-        "n_params": n_params,
-        "bic": bic,
-        "aic": -2.0 * log_evidence + 2.0 * n_params,
-        "level_entropy": float(stats["level_entropy"]),
-        "joint_entropy": float(stats["joint_entropy"]),
-        "icl": bic + 2.0 * float(stats["level_entropy"]),
-        "level_noise": summary["level_noise"],
-        "level_penalty": summary["level_penalty"],
-        "level_proportions": summary["level_proportions"],
-        "n_iter": result.n_iter,
-        "converged": result.converged,
-    }
-
-
-def choose_levels_ds(
-    make: Callable[[int], DifficultyDawidSkene],
-    engine: Engine,
-    levels: Iterable[int] = (1, 2, 3),
-    criterion: str = "bic",
-) -> LevelChoiceDS:
-    """Fit ``make(h)`` for each ``h`` in ``levels`` and keep the H with the lowest ``criterion``.
-
-    Parameters
-    ----------
-    make : callable
-        ``make(h)`` returns a :class:`DifficultyDawidSkene` with ``n_levels = h``.
-    engine : Engine
-        Holds the blocks; only :func:`~crowdspark.engine.loop.fit` and ``engine.map_reduce`` are used, so
-        the local and the Spark engine give the same choice.
-    levels : iterable of int
-        Candidate H values (each >= 1).
-    criterion : {"bic", "aic", "icl"}
-        ``-2 log p(L | B, w, alpha, beta) + n_params * log(m)`` (BIC), ``+ 2 n_params`` (AIC), or BIC plus
-        twice the entropy of the items' level posteriors (ICL, the integrated completed likelihood of
-        Biernacki, Celeux & Govaert 2000: it also charges levels that do not separate the items clearly).
-
-    Returns
-    -------
-    LevelChoiceDS
-    """
-    check_choice("criterion", criterion, list(LEVEL_CRITERIA))
-    candidates = [check_int("levels", h, minimum=1) for h in levels]
-    if not candidates:
-        raise ValueError("levels must not be empty")
-    table = []
-    for h in candidates:
-        row = _level_row(make(h), engine)
-        log.info("dds H=%d: log evidence %.1f, bic %.1f, w %s, d %s", h, row["log_evidence"], row["bic"],
-                 np.round(row["level_noise"], 3).tolist(), np.round(row["level_penalty"], 3).tolist())
-        table.append(row)
-    best = int(np.argmin([row[criterion] for row in table]))
-    return LevelChoiceDS(table=table, chosen=int(table[best]["n_levels"]), criterion=criterion)

@@ -45,8 +45,9 @@ tables, minus its own contribution; within an item lambda_i is updated first and
 lambda_i (as in the paper, eq. 17 then 18).  Damping mixes the old factors back in; with
 ``adaptive_damping`` the driver raises it when two successive global steps point apart (the parallel
 schedule's period-2 oscillation, seen on bluebird).
-*Sequential* (:func:`fit_sequential`, local only, for comparison): the paper's schedule, items one at a
-time with the tables updated after every item.
+*Sequential*: the paper's schedule, items one at a time with the tables updated after every item, is not
+a sum of block statistics; ``scripts/experiments/cvb_sequential.py`` runs it on one process for
+comparison.
 
 Objective
 ---------
@@ -60,8 +61,7 @@ collapsed log joint per label at the current most probable (T, Q), and ``error``
 from __future__ import annotations
 
 import logging
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -69,10 +69,10 @@ from scipy.special import gammaln
 
 from crowdspark.block import Block
 from crowdspark.metrics import gold_stats
-from crowdspark.models.base import ItemResult, State, Update
+from crowdspark.models.base import ItemResult, Schedule, State, Update
 from crowdspark.models.common import argmax_random_ties, confusion_counts, normalize_log, tie_uniforms
 from crowdspark.models.idbla_init import IdblaInit, level_worker_table
-from crowdspark.stats import Stats, sum_stats
+from crowdspark.stats import Stats
 from crowdspark.validation import check_bool, check_float, check_int
 
 __all__ = [
@@ -94,8 +94,6 @@ __all__ = [
     "step_cosine",
     "next_damping",
     "max_change_bound",
-    "fit_sequential",
-    "SequentialFit",
     "CHANGE_EDGES",
 ]
 
@@ -652,8 +650,8 @@ class IdblaCvb(IdblaInit):
     # -- protocol -------------------------------------------------------------------------------------------
 
     @property
-    def max_sweeps(self) -> int:  # type: ignore[override]
-        return self.max_iter
+    def schedule(self) -> Schedule:
+        return Schedule(max_sweeps=self.max_iter, tol=self.tol)
 
     @property
     def priors(self) -> CvbPriors:
@@ -743,7 +741,7 @@ class IdblaCvb(IdblaInit):
 
     # -- driver-side summaries ------------------------------------------------------------------------------
 
-    def estimates(self, params: Any) -> dict[str, np.ndarray]:
+    def final_params(self, params: Any) -> dict[str, np.ndarray]:
         """Posterior-mean estimates of pi (K, H, C, C), alpha (C,) and beta (H,) from the expected counts."""
         n_l = params["n_l"]
         prior = self.omega + self.diagonal_prior * np.eye(self.n_classes)
@@ -753,11 +751,11 @@ class IdblaCvb(IdblaInit):
         return {"pi": pi, "alpha": alpha, "beta": beta}
 
     def worker_table(self, params: Any, init_stats: Stats) -> dict[str, np.ndarray]:
-        est = self.estimates(params)
+        est = self.final_params(params)
         return level_worker_table(est["pi"], est["alpha"], est["beta"], init_stats["worker_labels"])
 
     def summary(self, params: Any) -> dict[str, Any]:
-        est = self.estimates(params)
+        est = self.final_params(params)
         return {
             "class_proportions": est["alpha"].tolist(),
             "level_proportions": est["beta"].tolist(),
@@ -775,151 +773,3 @@ class IdblaCvb0(IdblaCvb):
     correction: bool = False
 
     name: ClassVar[str] = "idbla-cvb0"
-
-
-# ---------------------------------------------------------------------------------------------------------
-# the paper's sequential schedule (local, for comparison)
-# ---------------------------------------------------------------------------------------------------------
-
-
-def _item_view(block: Block, i: int) -> Block:
-    lo, hi = int(block.offsets[i]), int(block.offsets[i + 1])
-    return Block(
-        item_ids=block.item_ids[i : i + 1],
-        item_keys=block.item_keys[i : i + 1],
-        offsets=np.array([0, hi - lo], dtype=np.int64),
-        item_of_label=np.zeros(hi - lo, dtype=np.int32),
-        worker=block.worker[lo:hi],
-        label=block.label[lo:hi],
-        truth=block.truth[i : i + 1],
-    )
-
-
-def _sub_tables(tables: dict[str, np.ndarray], part: Stats, sign: float) -> None:
-    for key, value in part.items():
-        tables[key] += sign * value
-        if key + "_dot" in tables:
-            tables[key + "_dot"] += sign * value.sum(axis=-1, keepdims=True)
-
-
-def _sequential_sweep(model: IdblaCvb, blocks: list[Block], states: list[dict], tables: dict) -> None:
-    """Update every item in block order, one at a time, keeping ``tables`` exact (in place)."""
-    priors = model.priors
-    for block, state in zip(blocks, states):
-        lam, rho = state["lam"].copy(), state["rho"].copy()
-        for i in range(block.n_items):
-            item = _item_view(block, i)
-            lo, hi = int(block.offsets[i]), int(block.offsets[i + 1])
-            mult = (state["mult_class"][lo:hi], state["mult_worker"][lo:hi])
-            old = cvb_tables(item, lam[i : i + 1], rho[i : i + 1], model.n_workers, model.correction)
-            _sub_tables(tables, old, -1.0)
-            lam_i, rho_i = cvb_update(item, tables, lam[i : i + 1], rho[i : i + 1], mult, priors, exclude=False)
-            _sub_tables(tables, cvb_tables(item, lam_i, rho_i, model.n_workers, model.correction), 1.0)
-            lam[i], rho[i] = lam_i[0], rho_i[0]
-        state["lam_new"], state["rho_new"] = lam, rho
-
-
-@dataclass
-class SequentialFit:
-    """Result of :func:`fit_sequential` (mirrors the fit loop's ``FitResult``, plus the block states).
-
-    Attributes
-    ----------
-    params : dict
-        Final global parameters (tables).
-    states : list of dict
-        Final per-block states (``lam``, ``rho``, ``T``, ``Q`` ...), in block order.
-    init_stats : Stats
-        Summed statistics of ``init_block``.
-    history : list of dict
-        Per sweep: as the fit loop, plus ``table_drift`` (largest difference between the incrementally
-        kept tables and the tables recomputed from scratch).
-    n_iter : int
-    converged : bool
-    stop_reason : str
-    """
-
-    params: dict[str, Any]
-    states: list[dict[str, np.ndarray]]
-    init_stats: Stats
-    history: list[dict[str, float]] = field(default_factory=list)
-    n_iter: int = 0
-    converged: bool = False
-    stop_reason: str = ""
-
-    def items(self, blocks: list[Block], model: IdblaCvb) -> list[tuple[Block, ItemResult]]:
-        """Per-item results of every block (``model.finish_block``), in block order."""
-        return [(b, model.finish_block(b, s, self.params)) for b, s in zip(blocks, self.states)]
-
-
-def _initialize(blocks: list[Block], model: IdblaCvb) -> tuple[list[State], Stats, dict[str, Any]]:
-    """The model's initialization passes on a list of blocks (as the fit loop runs them)."""
-    states: list[State] = []
-    parts = []
-    for block in blocks:
-        state, stats = model.init_block(block)
-        states.append(state)
-        parts.append(stats)
-    init_stats = sum_stats(parts)
-    params = model.init_params(init_stats)
-    for round in range(1, model.n_init_rounds + 1):
-        parts = []
-        for j, block in enumerate(blocks):
-            states[j], stats = model.init_round(block, states[j], params, round)
-            parts.append(stats)
-        params = model.init_update(sum_stats(parts), params, round)
-    return states, init_stats, params
-
-
-def fit_sequential(blocks: list[Block], model: IdblaCvb) -> SequentialFit:
-    """Fit with the paper's sequential schedule: items one at a time, tables updated after each item.
-
-    Same initialization, update equations, objective, history and stopping rule as the parallel schedule
-    (``fit(model, engine)``), with the fixed ``model.damping`` (no adaptive damping: the sequential
-    schedule does not oscillate).  Slow (a Python loop over items, vectorized over each item's labels), on
-    one process, for comparison only.
-
-    Parameters
-    ----------
-    blocks : list of Block
-    model : IdblaCvb
-
-    Returns
-    -------
-    SequentialFit
-    """
-    states, init_stats, params = _initialize(blocks, model)
-    result = SequentialFit(params=params, states=states, init_stats=init_stats)
-    table_keys = [k for k in TABLE_KEYS + SECOND_ORDER_KEYS if k in params]
-    for sweep in range(1, model.max_iter + 1):
-        t0 = time.perf_counter()
-        tables = tables_to_params({k: params[k] for k in table_keys})
-        states = [dict(s) for s in result.states]
-        _sequential_sweep(model, blocks, states, tables)
-        parts = []
-        for block, state in zip(blocks, states):
-            lam, rho = state.pop("lam_new"), state.pop("rho_new")
-            label = argmax_random_ties(lam, tie_uniforms(block, model.seed))
-            step = lam - state["lam"]
-            stats = sweep_stats(block, state["lam"], lam, rho, label, model.n_workers, model.correction)
-            stats.update(step_stats(step, state.get("step")))
-            parts.append(stats)
-            state.update(lam=lam, rho=rho, T=label, Q=rho.argmax(axis=1).astype(np.int32), step=step)
-        update = model.global_step(sum_stats(parts), params, sweep)
-        params = update.params
-        result.states = states
-        drift = max(float(np.abs(tables[k] - params[k]).max()) for k in table_keys)
-        entry = {"iteration": sweep, "objective": update.objective, "change": update.change,
-                 "seconds": time.perf_counter() - t0, "table_drift": drift}
-        entry.update(update.extra)
-        result.history.append(entry)
-        result.n_iter = sweep
-        log.info("%s sequential: iteration %d change %.3g", model.name, sweep, update.change)
-        if update.change < model.tol:
-            result.converged = True
-            result.stop_reason = f"change {update.change:.3g} < tol {model.tol:g} at iteration {sweep}"
-            break
-    else:
-        result.stop_reason = f"reached max_iter={model.max_iter} with change {result.history[-1]['change']:.3g}"
-    result.params = params
-    return result

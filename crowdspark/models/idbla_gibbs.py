@@ -63,7 +63,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from crowdspark.block import Block
-from crowdspark.models.base import ItemResult, State, Update
+from crowdspark.models.base import ItemResult, Preset, Schedule, State, Update
 from crowdspark.models.common import (
     argmax_random_ties,
     label_loglik,
@@ -301,6 +301,7 @@ class IdblaGibbs(IdblaInit):
     min_level_share: float = 0.02
 
     name: ClassVar[str] = "idbla"
+    extra_level_criteria: ClassVar[dict[str, bool]] = {"paper": True, "collapsed": True, "collapsed_raw": True}
     worker_params: ClassVar[tuple[str, ...]] = ("pi",)
     shared_params: ClassVar[tuple[str, ...]] = ("alpha", "beta")
     tol: ClassVar[float | None] = None
@@ -319,19 +320,11 @@ class IdblaGibbs(IdblaInit):
         check_int(f"{p}.n_samples", self.n_samples, minimum=1)
         check_float(f"{p}.min_level_share", self.min_level_share, minimum=0.0, maximum=1.0)
 
-    # ---- structure hooks (overridden by Fixed-IDBLA) ----------------------------------------------------
     @property
-    def max_sweeps(self) -> int:  # type: ignore[override]
-        return self.burn_in + self.thin * self.n_samples
+    def schedule(self) -> Schedule:
+        return Schedule.sampler(self.burn_in, self.n_samples, self.thin)
 
-    def is_kept(self, sweep: int) -> bool:
-        """Whether ``sweep`` contributes to the kept samples."""
-        return sweep > self.burn_in and (sweep - self.burn_in) % self.thin == 0
-
-    def learned_levels(self) -> np.ndarray:
-        """Which levels have a learned pi, bool (H,)."""
-        return np.ones(self.n_levels, dtype=bool)
-
+    # ---- structure hooks (overridden by Fixed-IDBLA) ----------------------------------------------------
     def fixed_pi(self) -> np.ndarray:
         """Fixed confusion matrices (H, C, C) (only rows of non-learned levels are used)."""
         return np.full((self.n_levels, self.n_classes, self.n_classes), 1.0 / self.n_classes)
@@ -350,12 +343,6 @@ class IdblaGibbs(IdblaInit):
             pooled = init_counts.sum(axis=0) + 1.0
             prior = prior + self.level_prior * pooled / pooled.sum(axis=-1, keepdims=True)
         return prior
-
-    def n_free_parameters(self) -> int:
-        """Free parameters for BIC: learned pi rows, alpha and beta."""
-        n_learned = int(self.learned_levels().sum())
-        C = self.n_classes
-        return self.n_workers * n_learned * C * (C - 1) + (C - 1) + (self.n_levels - 1)
 
     def _apply_fixed(self, pi: np.ndarray) -> np.ndarray:
         learned = self.learned_levels()
@@ -438,7 +425,7 @@ class IdblaGibbs(IdblaInit):
             T, Q = (idx % C).astype(np.int32), (idx // C).astype(np.int32)
         new = dict(state)
         new["T"], new["Q"] = T, Q
-        if self.is_kept(sweep):
+        if self.schedule.is_kept(sweep):
             # p(T_i | L_i) and p(Q_i | L_i): marginals of the unnormalized table divided by its row sums
             # (each marginal is one new float64 array, as ``total`` is, updated in place: the previous
             # state's arrays are not touched)
@@ -476,7 +463,7 @@ class IdblaGibbs(IdblaInit):
         new = dict(params)
         new.update(pi=pi, alpha=alpha, beta=beta, last_counts=stats["counts"], last_classes=stats["classes"],
                    last_levels=stats["levels"])
-        if self.is_kept(sweep):
+        if self.schedule.is_kept(sweep):
             new["pi_sum"] = params["pi_sum"] + self._apply_fixed(conc / conc.sum(axis=-1, keepdims=True))
             new["counts_sum"] = params["counts_sum"] + stats["counts"]
             a = stats["classes"] + self.gamma_alpha
@@ -494,8 +481,7 @@ class IdblaGibbs(IdblaInit):
         for h, size in enumerate(stats["levels"]):
             extra[f"level_size_{h}"] = float(size)
             extra[f"level_share_{h}"] = float(size) / max(n_items, 1.0)
-        return Update(params=new, objective=float(stats["log_evidence"]) / n_labels, change=float("nan"),
-                      extra=extra)
+        return Update(params=new, objective=float(stats["log_evidence"]) / n_labels, extra=extra)
 
     # ---- results ------------------------------------------------------------------------------------------
     def item_posteriors(self, block: Block, state: State, params: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -554,6 +540,20 @@ class IdblaGibbs(IdblaInit):
         }
         out.update(diag)
         return out
+
+    def level_row(self, params: Any, history: list[dict[str, float]], evidence: Stats) -> dict[str, Any]:
+        """``paper``: the paper's ``log p(L | pi, T, Q)`` averaged over the kept sweeps (section 5.2; it grows
+        with H almost always); ``collapsed_raw``: ``log p(L, T, Q)`` with pi, alpha, beta integrated out
+        (eq. 14) at the last sweep's counts; ``collapsed``: that plus the entropy of the items' posteriors
+        over (T, Q), an ELBO-type estimate of ``log p(L)``."""
+        kept = [entry["loglik"] for entry in history if self.schedule.is_kept(int(entry["iteration"]))]
+        raw = float(self.collapsed_log_marginal(params))
+        return {
+            "paper": float(np.mean(kept)) if kept else float(history[-1]["loglik"]),
+            "collapsed_raw": raw,
+            "collapsed": raw + float(evidence["entropy"]),
+            "level_sizes": self.summary(params)["level_sizes"],
+        }
 
     def collapsed_log_marginal(self, params: Any) -> float:
         """Paper eq. 14 at the last sweep's counts (see :func:`collapsed_log_marginal`)."""
@@ -645,8 +645,7 @@ def paper_preset(model: IdblaGibbs, n_levels: int | None = None) -> IdblaGibbs:
     omega = gamma_alpha = gamma_beta = 1, no diagonal prior (BCC keeps its prior), 500 kept samples, the
     paper's ``scheme``, no smoothing in the initial counting (a tiny pseudo-count avoids 0/0), Fixed-IDBLA's
     delta uncapped.
-    ``n_levels`` should be chosen with :func:`crowdspark.model_selection.choose_levels` and
-    ``criterion="paper"``.
+    With the preset, H is chosen by ``criterion="paper"`` (:attr:`Preset.select_levels`).
     """
     changes: dict[str, Any] = dict(
         gamma_alpha=1.0, gamma_beta=1.0, n_samples=500, scheme="paper", init_smoothing=0.0, init="paper"
@@ -658,3 +657,8 @@ def paper_preset(model: IdblaGibbs, n_levels: int | None = None) -> IdblaGibbs:
     if n_levels is not None and not isinstance(model, Bcc):
         changes["n_levels"] = n_levels
     return replace(model, **changes)
+
+
+IdblaGibbs.presets = {"paper": Preset(paper_preset, select_levels=(1, 2, 3, 4), level_criterion="paper")}
+FixedIdbla.presets = {"paper": Preset(paper_preset, select_levels=(2, 3, 4), level_criterion="paper")}
+Bcc.presets = {"paper": Preset(paper_preset)}

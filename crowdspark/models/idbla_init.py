@@ -59,8 +59,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from crowdspark.block import Block
-from crowdspark.models.base import Model, State
-from crowdspark.models.common import label_cells, normalize_rows, per_item_sum
+from crowdspark.models.base import LevelModel, State
+from crowdspark.models.common import label_cells, label_loglik, normalize_log, normalize_rows, per_item_sum
 from crowdspark.models.majority_vote import majority_labels
 from crowdspark.rng import uniforms
 from crowdspark.stats import Stats
@@ -250,7 +250,7 @@ def level_worker_table(
 
 
 @dataclass(frozen=True)
-class IdblaInit(Model):
+class IdblaInit(LevelModel):
     """The paper's initialization of T, Q, pi, alpha and beta (section 4.4); base of the IDBLA models.
 
     Parameters
@@ -368,6 +368,36 @@ class IdblaInit(Model):
             log.info("%s: initial level sizes %s", self.name, stats["levels"].astype(int).tolist())
             return new
         raise ValueError(f"round must be 1 or 2, but got {round!r}")
+
+    # ---- choosing H -------------------------------------------------------------------------------------
+    def learned_levels(self) -> np.ndarray:
+        """Which levels have a learned pi, bool (H,)."""
+        return np.ones(self.n_levels, dtype=bool)
+
+    def n_free_parameters(self) -> int:
+        """Free parameters for AIC and BIC: learned pi rows, alpha and beta."""
+        n_learned = int(self.learned_levels().sum())
+        C = self.n_classes
+        return self.n_workers * n_learned * C * (C - 1) + (C - 1) + (self.n_levels - 1)
+
+    def final_params(self, params: Any) -> dict[str, np.ndarray]:
+        """The fitted ``pi`` (K, H, C, C), ``alpha`` (C,) and ``beta`` (H,) (each model's point estimates)."""
+        raise NotImplementedError
+
+    def evidence_block(self, block: Block, params: Any) -> Stats:
+        """At :meth:`final_params`: ``log_evidence`` = ``sum_i log p(L_i | pi, alpha, beta)`` and ``entropy``
+        = the summed entropy of the items' posteriors over (T_i, Q_i)."""
+        final = self.final_params(params)
+        log_prior = np.log(final["beta"])[:, None] + np.log(final["alpha"])[None, :]
+        table = label_loglik(block, np.log(np.maximum(final["pi"], 1e-300)))  # (n, H, C)
+        table += log_prior
+        n = table.shape[0]
+        probs, log_evidence = normalize_log(table.reshape(n, -1), axis=1)
+        entropy = -(probs * np.log(np.maximum(probs, 1e-300))).sum()
+        return {"log_evidence": np.array(float(log_evidence.sum())), "entropy": np.array(float(entropy))}
+
+    def level_row(self, params: Any, history: list[dict[str, float]], evidence: Stats) -> dict[str, Any]:
+        return {"level_sizes": self.summary(params)["level_sizes"]}
 
     def initial_parameters(self, stats: Stats) -> dict[str, np.ndarray]:
         """pi, alpha, beta by smoothed counting; subclasses may override (e.g. to fix some levels)."""

@@ -16,7 +16,7 @@ from _data import load  # noqa: E402
 from test_idbla_gibbs import planted  # noqa: E402
 
 from crowdspark.engine.local import LocalEngine  # noqa: E402
-from crowdspark.model_selection import choose_levels  # noqa: E402
+from crowdspark.engine.select import choose_levels  # noqa: E402
 from crowdspark.models.idbla_gibbs import IdblaGibbs  # noqa: E402
 
 KEYS = ("paper", "log_evidence", "aic", "bic", "collapsed", "collapsed_raw")
@@ -28,7 +28,7 @@ def main(names: list[str]) -> None:
             blocks, K, C, _ = planted()
         else:
             blocks, K, C = load(name)
-        choice = choose_levels(lambda h: IdblaGibbs(K, C, n_levels=h), LocalEngine(blocks), levels=(1, 2, 3, 4))
+        choice = choose_levels(lambda h: IdblaGibbs(K, C, n_levels=h), LocalEngine(blocks), (1, 2, 3, 4))
         print(f"\n## {name}: chosen H = {choice.chosen} ({choice.criterion})")
         print("| H | " + " | ".join(KEYS) + " | level sizes |")
         print("|---" * (len(KEYS) + 2) + "|")

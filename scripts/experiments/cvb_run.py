@@ -1,4 +1,4 @@
-"""Measure IDBLA-CVB / CVB0 on the datasets under data/ (issue 4).
+"""Measure IDBLA-CVB / CVB0 on the datasets under data/.
 
 Usage::
 
@@ -27,7 +27,8 @@ from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import finish_fn, fit
 from crowdspark.models.base import Model
 from crowdspark.models.dawid_skene import DawidSkene
-from crowdspark.models.idbla_cvb import IdblaCvb, IdblaCvb0, fit_sequential
+from crowdspark.models.idbla_cvb import IdblaCvb, IdblaCvb0
+from cvb_sequential import fit_sequential
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 

@@ -13,8 +13,8 @@ Usage::
   data seed.  ``planted`` (not in the default list): the same with the planted-difficulty set of
   ``tests/test_difficulty_model.py`` (10 workers on all 800 items, 4 classes, half the items at 80% noise).
 * ``dds`` is what ``--algorithm dds`` runs: :class:`DifficultyDawidSkene` with H chosen among 1 and 2 by
-  BIC (``runner.AUTO_LEVELS``, since session 4); ``dds-H2`` fixes H = 2 (the default before);
-  ``dds-bic`` chooses H in 1..3 by BIC (:func:`choose_levels_ds`); ``--variant name:key=value,...`` adds a
+  BIC (``DifficultyDawidSkene.auto_levels``); ``dds-H2`` fixes H = 2;
+  ``dds-bic`` chooses H in 1..3 by BIC (:func:`crowdspark.engine.select.choose_levels`); ``--variant name:key=value,...`` adds a
   ``dds`` column with other fields (e.g. ``--variant w3:n_levels=3,noise=worker``); a variant with
   ``bic=1`` chooses H in 1..3 by BIC, with ``bic=auto`` among 1 and 2 as ``dds`` does.
 * DS uses its defaults (smoothing 0.5, max_iter 100, tol 1e-6).
@@ -44,11 +44,11 @@ from crowdspark.block import Block, build_blocks  # noqa: E402
 from crowdspark.engine.local import LocalEngine  # noqa: E402
 from crowdspark.engine.loop import finish_fn, fit  # noqa: E402
 from crowdspark.models.dawid_skene import DawidSkene  # noqa: E402
-from crowdspark.models.difficulty_ds import DifficultyDawidSkene, choose_levels_ds  # noqa: E402
+from crowdspark.engine.select import choose_levels  # noqa: E402
+from crowdspark.models.difficulty_ds import DifficultyDawidSkene  # noqa: E402
 from crowdspark.models.idbla_gibbs import Bcc, FixedIdbla, IdblaGibbs  # noqa: E402
 from crowdspark.models.majority_vote import MajorityVote  # noqa: E402
 from crowdspark.synthetic import idbla_data, paper_synthetic  # noqa: E402
-from crowdspark.runner import AUTO_LEVELS  # noqa: E402
 
 REAL = ("rte", "web_search", "web_search_filtered", "temp", "bluebird")
 STOCHASTIC = {"bcc": Bcc, "idbla": IdblaGibbs, "fixed-idbla": FixedIdbla}
@@ -92,7 +92,7 @@ def error_of(model, blocks: list[Block]) -> tuple[float, dict]:
 
 def dds_error(fields: dict, blocks: list[Block], K: int, C: int, seed: int) -> tuple[float, str]:
     """Error of a dds configuration (H by BIC when ``fields["bic"]``: among 1..3, among the H it lists, or
-    among ``AUTO_LEVELS["dds"]`` for ``"auto"``) and a note (H, w, d, beta)."""
+    among ``DifficultyDawidSkene.auto_levels`` for ``"auto"``) and a note (H, w, d, beta)."""
     fields = dict(fields)
     bic = fields.pop("bic", False)
     if bic:
@@ -100,10 +100,10 @@ def dds_error(fields: dict, blocks: list[Block], K: int, C: int, seed: int) -> t
             return DifficultyDawidSkene(K, C, seed=seed, **{**fields, "n_levels": h})
 
         if bic == "auto":
-            levels = tuple(AUTO_LEVELS["dds"])
+            levels = DifficultyDawidSkene.auto_levels
         else:
             levels = tuple(bic) if isinstance(bic, (tuple, list)) else (1, 2, 3)
-        choice = choose_levels_ds(make, LocalEngine(blocks), levels=levels)
+        choice = choose_levels(make, LocalEngine(blocks), levels)
         fields["n_levels"] = choice.chosen
     err, summary = error_of(DifficultyDawidSkene(K, C, seed=seed, **fields), blocks)
     w = np.round(summary["level_noise"], 2).tolist()
@@ -130,7 +130,7 @@ def run_dataset(name: str, models: list[str], variants: dict[str, dict], n_seeds
                 elif m == "ds":
                     out[m].append((error_of(DawidSkene(K, C, seed=seed), blocks)[0], ""))
                 elif m == "dds":
-                    out[m].append(dds_error({"bic": AUTO_LEVELS["dds"]}, blocks, K, C, seed))
+                    out[m].append(dds_error({"bic": DifficultyDawidSkene.auto_levels}, blocks, K, C, seed))
                 elif m == "dds-H2":
                     out[m].append(dds_error({"n_levels": 2}, blocks, K, C, seed))
                 elif m == "dds-bic":

@@ -21,7 +21,8 @@ from _data import load  # noqa: E402
 from difficulty_eval import REAL, planted_blocks, synthetic_blocks  # noqa: E402
 
 from crowdspark.engine.local import LocalEngine  # noqa: E402
-from crowdspark.models.difficulty_ds import DifficultyDawidSkene, choose_levels_ds  # noqa: E402
+from crowdspark.engine.select import choose_levels  # noqa: E402
+from crowdspark.models.difficulty_ds import DifficultyDawidSkene  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             blocks, K, C = load(name)
         make = lambda h: DifficultyDawidSkene(K, C, n_levels=h, noise=args.noise)  # noqa: E731
-        choice = choose_levels_ds(make, LocalEngine(blocks), (1, 2, 3))
+        choice = choose_levels(make, LocalEngine(blocks), (1, 2, 3))
         rows = choice.table
         aic = min(rows, key=lambda r: r["aic"])["n_levels"]
         icl = min(rows, key=lambda r: r["icl"])["n_levels"]
