@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,10 @@ def test_no_library_module_imports_the_jobs():
     offenders = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                        if any(m == "jobs" or m.startswith("jobs.") for m in _imported_modules(p)))
     assert offenders == []
+
+
+def test_the_paper_reproduction_is_not_in_the_library():
+    assert importlib.util.find_spec("crowdspark.reproduce") is None
 
 
 def test_the_command_line_has_no_reproduce_subcommand(capsys):
