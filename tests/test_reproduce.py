@@ -191,6 +191,17 @@ def test_spark_engine_gives_the_local_numbers(spark):
         assert remote.gold_nll == pytest.approx(local.gold_nll)
 
 
+@pytest.mark.parametrize("content", [None, "not json", '{"config": {}}', '{"config": {}, "datasets": {}, '
+                                     '"methods": [], "worker_accuracy": {}, "records": [{"nope": 1}]}'])
+def test_render_only_of_a_bad_results_file_exits_2_with_a_message(tmp_path, caplog, content):
+    path = tmp_path / "results.json"
+    if content is not None:
+        path.write_text(content)
+    assert call_main(["--render-only", str(path), "--output", str(tmp_path / "out")]) == 2
+    assert f"--render-only: results file must be the results.json an earlier run wrote, but {path}" in caplog.text
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_entry_point_runs_as_a_script_from_another_directory(tmp_path):
     """As under ``spark-submit``: only ``jobs/`` is on ``sys.path``, and the working directory is elsewhere."""
     job = Path(__file__).resolve().parents[1] / "jobs" / "reproduce_paper.py"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from crowdspark import __version__
-from crowdspark.errors import EXIT_BAD_INPUT, EXIT_OK, CrowdsparkError
+from crowdspark.errors import EXIT_BAD_INPUT, EXIT_OK, ConfigError, CrowdsparkError
 from jobs.reproduce.datasets import DEFAULT_DATASETS
 from jobs.reproduce.report import update_doc, write_report
 from jobs.reproduce.runs import ReproduceConfig, Results, load_results, run_experiments
@@ -100,7 +100,10 @@ def run_and_write(config: ReproduceConfig, output: str | Path, spark: Any = None
 
 def _rerender(path: str, output: str) -> Results:
     """The results of an earlier run, with its report written again to ``output``."""
-    results = load_results(path)
+    try:
+        results = load_results(path)
+    except ConfigError as exc:
+        raise ConfigError(f"--render-only: {exc}") from exc
     write_report(results, output, results.meta.get("command", ""))
     log.info("report re-rendered to %s", Path(output) / "report.md")
     return results

@@ -52,6 +52,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: the keys of ``results.json`` that :func:`load_results` reads
+RESULTS_MEASURED = ("config", "datasets", "methods", "worker_accuracy", "records")
+
 
 @dataclass(frozen=True)
 class ReproduceConfig:
@@ -289,15 +292,44 @@ class Results:
         }
 
 
+def _bad_results(path: str | Path, problem: str) -> ConfigError:
+    return ConfigError(f"results file must be the results.json an earlier run wrote, but {path} {problem}")
+
+
+def _read_results(path: str | Path) -> dict[str, Any]:
+    """The JSON object of ``path``, with the keys :func:`load_results` needs."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _bad_results(path, f"cannot be read: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise _bad_results(path, f"is not JSON: {exc}") from exc
+    missing = [k for k in RESULTS_MEASURED if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise _bad_results(path, f"lacks {', '.join(missing)}")
+    return data
+
+
+def _record(rec: Any, path: str | Path) -> RunRecord:
+    try:
+        fields = dict(rec)
+        if fields.get("paper_nll") == "inf":
+            fields["paper_nll"] = math.inf
+        return RunRecord(**fields)
+    except (TypeError, ValueError) as exc:
+        raise _bad_results(path, f"has a record that is not a run's: {exc}") from exc
+
+
 def load_results(path: str | Path) -> Results:
-    """Read a ``results.json`` back (to re-render a report without running again)."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    records = []
-    for rec in data["records"]:
-        rec = dict(rec)
-        if rec.get("paper_nll") == "inf":
-            rec["paper_nll"] = math.inf
-        records.append(RunRecord(**rec))
+    """Read a ``results.json`` back (to re-render a report without running again).
+
+    Raises
+    ------
+    ConfigError
+        ``path`` cannot be read, is not JSON, or lacks what a run writes.
+    """
+    data = _read_results(path)
+    records = [_record(rec, path) for rec in data["records"]]
     return Results(config=data["config"], datasets=data["datasets"], methods=data["methods"], records=records,
                    worker_accuracy=data["worker_accuracy"], started=data.get("started", ""),
                    seconds=data.get("seconds", 0.0), meta=data.get("meta", {}))
