@@ -227,6 +227,7 @@ def test_update_doc_splices_the_generated_block(report, tmp_path):
     (tmp_path / "plain.md").write_text("no markers\n")
     assert call_main(["--render-only", str(report / "results.json"), "--output", str(tmp_path / "r2"),
                       "--update-doc", str(tmp_path / "plain.md"), "--quiet"]) == 2
+    assert (tmp_path / "plain.md").read_text() == "no markers\n"
 
 
 def test_arguments_become_a_validated_config():
