@@ -49,10 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
     agg.add_argument("--quiet", action="store_true", help="only warnings and errors in the log")
 
     sub.add_parser("algorithms", help="list the algorithms and their parameters with defaults")
-
-    from crowdspark.reproduce import build_parser as reproduce_parser
-
-    reproduce_parser(sub.add_parser("reproduce", help="reproduce the IDBLA paper's experiments into a report"))
     return parser
 
 
@@ -113,12 +109,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     debug = getattr(args, "debug", False)
     configure_logging(debug, getattr(args, "quiet", False))
-    if args.command == "reproduce":
-        from crowdspark.reproduce import command_line, execute, log_levels
-
-        for name, level in log_levels(args.quiet, args.verbose).items():
-            logging.getLogger(name).setLevel(level)
-        return execute(args, command_line("crowdspark reproduce", argv[1:]))
     if args.command == "algorithms":
         from crowdspark.algorithms import algorithm_class, algorithm_names, hyperparameters
 

@@ -10,8 +10,9 @@ Datasets are folder names under ``--data-root`` (default ``data``; run from the 
 folders with ``labels.csv``/``truth.csv``, or ``synthetic``.  Methods are ``<algorithm>``,
 ``<algorithm>:paper`` (preset) or ``<algorithm>:random-init``; the default is every registered algorithm,
 the paper presets and the initialization ablation.  Exit codes: 0 success, 2 bad arguments or data.
-The work is done by :mod:`crowdspark.reproduce` (``build_parser``, ``execute``); this file only configures
-logging.
+The work is done by the package :mod:`jobs.reproduce` (``cli.build_parser``, ``cli.execute``); this file
+puts the repository root on ``sys.path`` (``python jobs/...`` and ``spark-submit jobs/...`` put only
+``jobs/`` there) and configures logging.
 """
 
 from __future__ import annotations
@@ -19,10 +20,34 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from crowdspark.reproduce import build_parser, command_line, execute, log_levels
+REPOSITORY = str(Path(__file__).resolve().parents[1])
+if REPOSITORY not in sys.path:
+    sys.path.insert(0, REPOSITORY)
 
-__all__ = ["build_parser", "main"]
+from jobs.reproduce.cli import build_parser, command_line, execute  # noqa: E402
+
+__all__ = ["build_parser", "log_levels", "main"]
+
+#: the loggers of the reproduction's progress lines
+PROGRESS_LOGGERS = ("jobs.reproduce", "crowdspark.output")
+
+
+def log_levels(quiet: bool, verbose: bool) -> dict[str, int]:
+    """Logger levels: progress lines at INFO, the models' per-iteration logs only if ``verbose``.
+
+    Returns
+    -------
+    dict
+        Logger name -> level.
+    """
+    if verbose:
+        return {"crowdspark": logging.DEBUG if not quiet else logging.WARNING}
+    levels = {"crowdspark": logging.WARNING}
+    if not quiet:
+        levels.update({name: logging.INFO for name in PROGRESS_LOGGERS})
+    return levels
 
 
 def configure_logging(quiet: bool, verbose: bool) -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,28 +14,21 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from crowdspark.errors import ConfigError  # noqa: E402
-from crowdspark.reproduce import (  # noqa: E402
-    PAPER_TABLE2,
-    Dataset,
-    Method,
-    ReproduceConfig,
-    RunRecord,
-    aggregate_records,
-    default_methods,
-    load_results,
-    markdown_table,
-    paper_loglik,
-    parse_methods,
-    run_one,
-    table_paper_reference,
-)
+from jobs.reproduce.aggregates import aggregate_records  # noqa: E402
+from jobs.reproduce.cli import build_parser, config_from_args  # noqa: E402
+from jobs.reproduce.datasets import Dataset, load_folder  # noqa: E402
+from jobs.reproduce.methods import Method, default_methods, parse_methods  # noqa: E402
+from jobs.reproduce.paper import PAPER_TABLE2  # noqa: E402
+from jobs.reproduce.report import BEGIN_MARK, END_MARK  # noqa: E402
+from jobs.reproduce.runs import ReproduceConfig, RunRecord, fit_local, load_results, paper_loglik, run_one  # noqa: E402
+from jobs.reproduce.tables import markdown_table, table_paper_reference  # noqa: E402
 from tests.helpers import DATA  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 METHODS = ("mv", "ds", "idbla", "idbla:random-init")
 
 
-_LOGGERS = ("", "crowdspark", "crowdspark.reproduce", "crowdspark.jobs", "crowdspark.output", "py4j", "matplotlib", "PIL")
+_LOGGERS = ("", "crowdspark", "jobs.reproduce", "crowdspark.output", "py4j", "matplotlib", "PIL")
 
 
 def call_main(argv: list[str]) -> int:
@@ -157,8 +153,6 @@ def _tiny() -> Dataset:
 
 
 def test_paper_loglik_of_dawid_skene_is_the_sum_over_labels():
-    from crowdspark.reproduce import fit_local
-
     data = _tiny()
     fitted = fit_local(data, "ds", 0, {})
     pi = {w: row for w, row in fitted.workers["confusion"].items()}
@@ -186,8 +180,6 @@ def test_a_missing_dataset_folder_exits_2_with_a_message(tmp_path, caplog):
 
 @pytest.mark.spark
 def test_spark_engine_gives_the_local_numbers(spark):
-    from crowdspark.reproduce import load_folder
-
     data = load_folder(DATA / "bluebird")
     for key in ("idbla",):  # the level_confusion path (nested arrays from Spark)
         method = parse_methods([key])[0]
@@ -199,9 +191,32 @@ def test_spark_engine_gives_the_local_numbers(spark):
         assert remote.gold_nll == pytest.approx(local.gold_nll)
 
 
-def test_update_doc_splices_the_generated_block(report, tmp_path):
-    from crowdspark.reproduce import BEGIN_MARK, END_MARK
+@pytest.mark.parametrize("content", [None, "not json", '{"config": {}}', '{"config": {}, "datasets": {}, '
+                                     '"methods": [], "worker_accuracy": {}, "records": [{"nope": 1}]}'])
+def test_render_only_of_a_bad_results_file_exits_2_with_a_message(tmp_path, caplog, content):
+    path = tmp_path / "results.json"
+    if content is not None:
+        path.write_text(content)
+    assert call_main(["--render-only", str(path), "--output", str(tmp_path / "out")]) == 2
+    assert f"--render-only: results file must be the results.json an earlier run wrote, but {path}" in caplog.text
+    assert not (tmp_path / "out").exists()
 
+
+def test_the_entry_point_runs_as_a_script_from_another_directory(tmp_path):
+    """As under ``spark-submit``: only ``jobs/`` is on ``sys.path``, and the working directory is elsewhere."""
+    job = Path(__file__).resolve().parents[1] / "jobs" / "reproduce_paper.py"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, str(job), "--quick", "--runs", "1", "--datasets", "temp", "--methods", "mv",
+         "--data-root", str(DATA), "--output", "out", "--quiet"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "Produced by `python jobs/reproduce_paper.py --quick --runs 1 --datasets temp" in report
+    assert "| mv | 5.84 ± 0.00 |" in report
+
+
+def test_update_doc_splices_the_generated_block(report, tmp_path):
     doc = tmp_path / "doc.md"
     doc.write_text(f"# title\n\nprose\n{BEGIN_MARK}\nold table\n{END_MARK}\nafter\n")
     assert call_main(["--render-only", str(report / "results.json"), "--output", str(tmp_path / "r"),
@@ -212,17 +227,11 @@ def test_update_doc_splices_the_generated_block(report, tmp_path):
     (tmp_path / "plain.md").write_text("no markers\n")
     assert call_main(["--render-only", str(report / "results.json"), "--output", str(tmp_path / "r2"),
                       "--update-doc", str(tmp_path / "plain.md"), "--quiet"]) == 2
+    assert (tmp_path / "plain.md").read_text() == "no markers\n"
 
 
-def test_arguments_can_be_added_to_a_cli_subcommand():
-    import argparse
-
-    from crowdspark.reproduce import build_parser, config_from_args
-
-    parser = argparse.ArgumentParser(prog="crowdspark")
-    sub = parser.add_subparsers(dest="command", required=True)
-    build_parser(sub.add_parser("reproduce"))
-    args = parser.parse_args(["reproduce", "--runs", "3", "--datasets", "rte, synthetic", "--methods", "mv,idbla:paper"])
+def test_arguments_become_a_validated_config():
+    args = build_parser().parse_args(["--runs", "3", "--datasets", "rte, synthetic", "--methods", "mv,idbla:paper"])
     config = config_from_args(args)
     assert (config.runs, config.datasets, config.methods) == (3, ("rte", "synthetic"), ("mv", "idbla:paper"))
     assert config.engine == "local" and config.ablation and args.output == "reports/paper"
