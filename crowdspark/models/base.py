@@ -138,6 +138,9 @@ class Model:
     shared_params: tuple[str, ...] = ()
     #: named parameter sets (``--set <algorithm>.preset=<name>``)
     presets: dict[str, Preset] = {}
+    #: whether the fit itself draws per-item random numbers (keyed by the item's id, :mod:`crowdspark.rng`),
+    #: beyond breaking ties of the final labels: renaming the items then gives another draw of the answer
+    random_fit: bool = False
 
     @property
     def schedule(self) -> Schedule:

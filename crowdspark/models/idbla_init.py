@@ -291,6 +291,7 @@ class IdblaInit(LevelModel):
     item_extras: ClassVar[dict[str, str]] = {"level": "int", "level_posterior": "array<double>", "epsilon": "double"}
     stateful: ClassVar[bool] = True
     n_init_rounds: ClassVar[int] = 2
+    random_fit: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         prefix = self.name

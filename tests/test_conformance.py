@@ -1,0 +1,152 @@
+"""Every registered algorithm keeps the kernel contract (one test per property, over ``algorithm_names()``).
+
+A new algorithm is covered by registering it: additive statistics (any split of the items into blocks gives
+the same answer), posteriors that are distributions, same seed -> same answer, the Spark engine's answer on
+1 and 3 partitions equal to the local engine's, and answers that do not depend on how items and workers are
+named.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from functools import partial
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crowdspark.algorithms import algorithm_class, algorithm_names, build_model, hyperparameters
+from crowdspark.engine.local import LocalEngine
+from crowdspark.engine.loop import finish_fn, fit
+from crowdspark.stats import sum_stats
+from tests.helpers import DATA, frames_to_blocks
+
+#: fast settings for the tests (applied where the algorithm has the parameter)
+FAST = {"max_iter": 15, "burn_in": 5, "n_samples": 8}
+SEED = 3
+
+
+@pytest.fixture(scope="module")
+def frames():
+    labels = pd.read_csv(DATA / "temp" / "labels.csv", dtype=str)
+    gold = pd.read_csv(DATA / "temp" / "truth.csv", dtype=str)
+    return labels, gold
+
+
+def make(name: str, n_workers: int, n_classes: int, seed: int = SEED):
+    params = {key: value for key, value in FAST.items() if key in hyperparameters(name)}
+    return build_model(name, params, n_workers, n_classes, seed)
+
+
+def answers(name: str, blocks, enc, seed: int = SEED, engine=None):
+    """``(ids, labels, posteriors)`` sorted by item id, from a fit on ``engine`` (local by default)."""
+    model = make(name, enc.n_workers, enc.n_classes, seed)
+    engine = engine or LocalEngine(blocks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = fit(model, engine)
+    if isinstance(engine, LocalEngine):
+        pairs = engine.map_items(partial(finish_fn, model), result.params)
+    else:
+        pairs = [pickle.loads(row[0]) for row in engine.item_blobs(partial(finish_fn, model), result.params).collect()]
+    ids = np.concatenate([b.item_ids for b, _ in pairs]).astype(str)
+    labels = np.concatenate([r.label for _, r in pairs])
+    post = np.concatenate([r.posterior for _, r in pairs])
+    order = np.argsort(ids, kind="stable")
+    return ids[order], labels[order], post[order]
+
+
+def decided(post: np.ndarray) -> np.ndarray:
+    """Items whose top posterior is not tied (their label does not depend on a tie-break draw)."""
+    top = np.sort(post, axis=1)
+    return top[:, -1] - top[:, -2] > 1e-9
+
+
+def assert_same(a, b, atol=1e-9):
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    np.testing.assert_allclose(a[2], b[2], atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("name", algorithm_names())
+def test_statistics_are_additive_over_any_split(frames, name):
+    labels, gold = frames
+    one, enc = frames_to_blocks(labels, gold, max_labels=10**6)
+    many, _ = frames_to_blocks(labels, gold, max_labels=60)
+    assert len(one) == 1 and len(many) > 50
+    model = make(name, enc.n_workers, enc.n_classes)
+    whole = model.init_block(one[0])[1]
+    parts = sum_stats([model.init_block(b)[1] for b in many])
+    assert whole.keys() == parts.keys()
+    for key in whole:
+        np.testing.assert_allclose(parts[key], whole[key], rtol=1e-12, atol=1e-9, err_msg=key)
+    assert_same(answers(name, one, enc), answers(name, many, enc))
+
+
+@pytest.mark.parametrize("name", algorithm_names())
+def test_posteriors_are_distributions_and_labels_their_argmax(frames, name):
+    blocks, enc = frames_to_blocks(*frames, max_labels=500)
+    _, labels, post = answers(name, blocks, enc)
+    assert post.shape == (len(labels), enc.n_classes) and np.all(post >= 0)
+    np.testing.assert_allclose(post.sum(axis=1), 1.0, atol=1e-9)
+    best = post.max(axis=1)
+    np.testing.assert_allclose(post[np.arange(len(labels)), labels], best, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", algorithm_names())
+def test_same_seed_same_answer(frames, name):
+    blocks, enc = frames_to_blocks(*frames, max_labels=500)
+    assert_same(answers(name, blocks, enc), answers(name, blocks, enc), atol=0)
+
+
+def renamed(labels: pd.DataFrame, gold: pd.DataFrame, items: bool, workers: bool):
+    """The same crowd with new item and/or worker ids in another sort order; also returns new -> old item ids."""
+    item_ids = sorted(labels["item"].unique())
+    new_item = {old: (f"q{len(item_ids) - j:05d}" if items else old) for j, old in enumerate(item_ids)}
+    worker_ids = sorted(labels["worker"].unique())
+    new_worker = {old: (f"v{(7 * j) % len(worker_ids):04d}-{j}" if workers else old)
+                  for j, old in enumerate(worker_ids)}
+    out = labels.assign(item=labels["item"].map(new_item), worker=labels["worker"].map(new_worker))
+    return out, gold.assign(item=gold["item"].map(new_item)), {v: k for k, v in new_item.items()}
+
+
+@pytest.mark.parametrize("what", ["workers", "items"])
+@pytest.mark.parametrize("name", algorithm_names())
+def test_answers_do_not_depend_on_the_names_of_items_and_workers(frames, name, what):
+    labels, gold = frames
+    blocks, enc = frames_to_blocks(labels, gold, max_labels=500)
+    ids, lab, post = answers(name, blocks, enc)
+    new_labels, new_gold, back = renamed(labels, gold, items=what == "items", workers=what == "workers")
+    new_blocks, new_enc = frames_to_blocks(new_labels, new_gold, max_labels=500)
+    assert new_enc.classes == enc.classes
+    new_ids, new_lab, new_post = answers(name, new_blocks, new_enc)
+    order = np.argsort(np.array([back[i] for i in new_ids]), kind="stable")
+    new_lab, new_post = new_lab[order], new_post[order]
+    cls = algorithm_class(name)
+    model = cls(enc.n_workers, enc.n_classes)
+    # a sampler's per-item sums change their rounding with the workers' order, and a fit that draws per-item
+    # random numbers draws others for renamed items: another draw of the same answer
+    if model.schedule.samples or (what == "items" and cls.random_fit):
+        assert np.mean(lab == new_lab) >= 0.95
+        return
+    np.testing.assert_allclose(new_post, post, atol=1e-9, rtol=0)
+    both = decided(post) & decided(new_post)
+    assert both.mean() > 0.8
+    np.testing.assert_array_equal(new_lab[both], lab[both])
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", algorithm_names())
+def test_spark_engine_gives_the_local_answer_on_1_and_3_partitions(spark, frames, name):
+    from crowdspark.engine.spark import SparkEngine
+
+    blocks, enc = frames_to_blocks(*frames, max_labels=500)
+    local = answers(name, blocks, enc)
+    for partitions in (1, 3):
+        engine = SparkEngine(spark.sparkContext.parallelize(blocks, partitions))
+        try:
+            remote = answers(name, blocks, enc, engine=engine)
+        finally:
+            engine.close()
+        assert_same(local, remote, atol=1e-9)
