@@ -9,6 +9,7 @@ ones.  See ``conf/default.toml`` for every key with its default and meaning.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -211,13 +212,28 @@ def _merge(tree: dict[str, Any], path: list[str], value: Any) -> None:
 
 
 def _read_toml(path: str | Path) -> dict[str, Any]:
+    """The TOML file at ``path``; a missing, unreadable, non-UTF-8 or invalid file is a ConfigError."""
+    where = f"configuration file {str(path)!r}"
+    if os.path.isdir(path):
+        raise ConfigError(f"{where} is a folder; --config takes a TOML file (e.g. conf/default.toml)")
     try:
         with open(path, "rb") as handle:
-            return tomllib.load(handle)
+            data = handle.read()
     except FileNotFoundError as exc:
-        raise ConfigError(f"configuration file {str(path)!r} does not exist") from exc
+        raise ConfigError(f"{where} does not exist") from exc
+    except OSError as exc:
+        raise ConfigError(f"{where} cannot be read ({exc.strerror or exc}); check the path and its permissions") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{where} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); TOML files are "
+            "UTF-8: is it a binary file, or saved in another encoding?"
+        ) from exc
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"configuration file {str(path)!r} is not valid TOML: {exc}") from exc
+        raise ConfigError(f"{where} is not valid TOML: {exc}") from exc
 
 
 def _deep_update(base: dict[str, Any], extra: dict[str, Any]) -> None:

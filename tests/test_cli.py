@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -109,3 +110,39 @@ def test_python_m_crowdspark_on_spark_with_crowd_kit_columns(tmp_path):
     assert summary["small_input"]["reader"] == "pandas"
     assert summary["counts"]["items"] == 462 and "read with pandas, without Spark" in proc.stdout + proc.stderr
     assert len(pd.read_parquet(out / "items")) == 462
+
+
+def _bad_config(tmp_path, kind):
+    if kind == "folder":
+        return tmp_path, "is a folder"
+    path = tmp_path / "c.toml"
+    if kind == "binary":
+        path.write_bytes(bytes(range(256)) * 4)
+        return path, r"is not UTF-8 text \(byte 0x80 at offset 128\)"
+    if kind == "latin-1":
+        path.write_bytes("[input]\nitem = 'tâche'\n".encode("latin-1"))
+        return path, r"is not UTF-8 text \(byte 0xe2 at offset 17\)"
+    if kind == "unreadable":
+        path.write_text("seed = 1\n")
+        path.chmod(0)
+        return path, r"cannot be read \(Permission denied\)"
+    return "/proc/self/mem", r"cannot be read \("  # exists, but reading it from offset 0 fails
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "folder",
+        "binary",
+        "latin-1",
+        pytest.param("unreadable", marks=pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")),
+        pytest.param("proc", marks=pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="Linux only")),
+    ],
+)
+def test_config_that_is_not_a_readable_toml_file_exits_2(tmp_path, capsys, kind):
+    path, what = _bad_config(tmp_path, kind)
+    code = main(["aggregate", *RTE, "--engine", "local", "--config", str(path), "--output", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert re.search(rf"crowdspark: error: configuration file '{re.escape(str(path))}' {what}", err), err
+    assert not (tmp_path / "o").exists()
