@@ -2,21 +2,25 @@
 
 Precedence (lowest first): the defaults below, ``conf/default.toml``-style files given with ``--config``,
 then ``--set`` overrides, then explicit command-line flags (``--seed``, ``--engine`` ...).  Keys are
-``section.name``; algorithm sections (``[ds]``, ``[idbla]`` ...) are kept as plain dicts here and checked by
-the algorithm registry when the model is built, so that an unknown key is an error that lists the known
-ones.  See ``conf/default.toml`` for every key with its default and meaning.
+``section.name``; algorithm sections (``[ds]``, ``[idbla]`` ...) are kept as plain dicts, every one of them
+(not only the chosen algorithm's) checked by :func:`crowdspark.algorithms.check_params`, so that a typo in
+any section is an error that lists the known keys.  Every value is brought to the type its dataclass field
+declares (:func:`crowdspark.validation.coerce_fields`): ``max_iter = 1e9`` is the integer ``1000000000``.
+See ``conf/default.toml`` for every key with its default and meaning.
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from crowdspark.algorithms import check_params, model_class
 from crowdspark.errors import ConfigError
-from crowdspark.validation import check_choice, check_int
+from crowdspark.validation import check_choice, check_int, coerce_fields
 
 __all__ = [
     "InputConfig",
@@ -26,6 +30,7 @@ __all__ = [
     "RunConfig",
     "load_config",
     "parse_override",
+    "parse_value",
 ]
 
 INPUT_FORMATS = ("auto", "csv", "parquet", "json")
@@ -52,6 +57,7 @@ class InputConfig:
     filter: str = ""
 
     def __post_init__(self) -> None:
+        coerce_fields(self, "input")
         check_choice("input.format", self.format, INPUT_FORMATS)
         if not isinstance(self.filter, str):
             raise ConfigError(f"input.filter must be a Spark SQL condition string, but got {self.filter!r}")
@@ -77,6 +83,7 @@ class GoldConfig:
     format: str = "auto"
 
     def __post_init__(self) -> None:
+        coerce_fields(self, "gold")
         check_choice("gold.format", self.format, INPUT_FORMATS)
 
 
@@ -87,6 +94,7 @@ class OutputConfig:
     format: str = "parquet"
 
     def __post_init__(self) -> None:
+        coerce_fields(self, "output")
         check_choice("output.format", self.format, OUTPUT_FORMATS)
 
 
@@ -131,6 +139,7 @@ class EngineConfig:
     cache_input: str = "auto"
 
     def __post_init__(self) -> None:
+        coerce_fields(self, "engine")
         check_choice("engine.resident_blocks", self.resident_blocks, ("auto", "on", "off"))
         check_choice("engine.sweep_mode", self.sweep_mode, ("auto", "session", "jobs"))
         check_choice("engine.cache_input", self.cache_input, ("auto", "on", "off"))
@@ -162,7 +171,14 @@ class RunConfig:
     algorithms: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        coerce_fields(self)
         check_int("seed", self.seed, minimum=0, maximum=2**63 - 1)
+        if not isinstance(self.algorithm, str):
+            raise ConfigError(f"algorithm must be a name such as 'ds', but got {self.algorithm!r}")
+        model_class(self.algorithm)
+        if not isinstance(self.algorithms, Mapping):
+            raise ConfigError(f"algorithms must map algorithm names to their parameters, but got {self.algorithms!r}")
+        object.__setattr__(self, "algorithms", {k: check_params(k, v) for k, v in self.algorithms.items()})
 
     def algorithm_params(self, name: str | None = None) -> dict[str, Any]:
         """The ``[name]`` section (default: the chosen algorithm), possibly empty."""
@@ -186,20 +202,24 @@ _SECTIONS = {"input": InputConfig, "gold": GoldConfig, "output": OutputConfig, "
 _TOP_KEYS = ("algorithm", "seed")
 
 
+def parse_value(raw: str) -> Any:
+    """``raw`` read as a TOML value (``10``, ``1e-6``, ``true``, ``["a", "b"]``) or, if it is none, the
+    string itself."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """Parse ``section.key=value``; the value is read as TOML (``10``, ``1e-6``, ``true``, ``["a", "b"]``)
-    and, if that fails, taken as a plain string."""
+    """Parse ``section.key=value``; the value is read by :func:`parse_value`."""
     if "=" not in text:
         raise ConfigError(f"--set must be KEY=VALUE (e.g. ds.max_iter=50), but got {text!r}")
     key, raw = text.split("=", 1)
     key = key.strip()
     if not key:
         raise ConfigError(f"--set must be KEY=VALUE (e.g. ds.max_iter=50), but got {text!r}")
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw
-    return key.split("."), value
+    return key.split("."), parse_value(raw)
 
 
 def _merge(tree: dict[str, Any], path: list[str], value: Any) -> None:
@@ -317,8 +337,6 @@ def load_config(
                 f"unknown configuration key {key!r}; top-level keys are {', '.join(_TOP_KEYS)} and tables "
                 f"{', '.join(_SECTIONS)} or an algorithm name"
             )
-    if "algorithm" in kwargs and not isinstance(kwargs["algorithm"], str):
-        raise ConfigError(f"algorithm must be a name such as 'ds', but got {kwargs['algorithm']!r}")
     return RunConfig(algorithms=algorithms, **kwargs)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from crowdspark import __version__
-from crowdspark.algorithms import build_model, hyperparameters, level_chooser
+from crowdspark.algorithms import build_model, level_chooser
 from crowdspark.block import Block, build_blocks
 from crowdspark.config import RunConfig
 from crowdspark.errors import ConfigError, InputError
@@ -184,12 +184,9 @@ def fit_configured(
             candidates = AUTO_LEVELS[name]
     selection = None
     if candidates is not None or criterion is not None:
-        if "n_levels" not in hyperparameters(name):
-            raise ConfigError(f"{name}.select_levels applies only to models with difficulty levels; remove it")
-        if not isinstance(candidates, list) or not candidates or not all(
-            isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in candidates
-        ):
-            raise ConfigError(f"{name}.select_levels must be a list of integers >= 1, but got {candidates!r}")
+        # algorithms.check_params (via RunConfig) has checked both values and that the model has levels
+        if candidates is None:
+            raise ConfigError(f"{name}.level_criterion needs {name}.select_levels, the numbers of levels to compare")
 
         def make(h: int) -> Model:
             return build_model(name, {**params, "n_levels": h}, n_workers, n_classes, config.seed)

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -146,3 +147,27 @@ def test_config_that_is_not_a_readable_toml_file_exits_2(tmp_path, capsys, kind)
     assert code == 2 and "Traceback" not in err
     assert re.search(rf"crowdspark: error: configuration file '{re.escape(str(path))}' {what}", err), err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("flag", [["--seed", "1000.0"], ["--set", "seed=1000.0"], ["--seed", "1e3"]])
+def test_seed_given_as_an_integral_float_gives_the_same_run(tmp_path, flag):
+    """bcc draws from streams keyed by the seed: 1000.0 must be the seed 1000, not a different key."""
+    sampler = ["--algorithm", "bcc", "--set", "bcc.burn_in=2", "--set", "bcc.n_samples=2", "--engine", "local"]
+
+    def run(name, *seed):
+        assert main(["aggregate", *RTE, *sampler, *seed, "--output", str(tmp_path / name)]) == 0
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        return summary, pd.read_parquet(tmp_path / name / "items").sort_values("item").reset_index(drop=True)
+
+    (want, want_items), (got, got_items), (_, other_items) = (
+        run("int", "--seed", "1000"), run("float", *flag), run("other", "--seed", "1001")
+    )
+    assert got["seed"] == 1000 and type(got["seed"]) is int
+    assert got["parameters"] == want["parameters"] and got["config"] == want["config"]
+    pd.testing.assert_frame_equal(got_items, want_items)
+    assert not np.array_equal(np.stack(other_items["posterior"]), np.stack(want_items["posterior"]))
+
+
+def test_seed_that_is_not_an_integer_exits_2(tmp_path, capsys):
+    code = main(["aggregate", *RTE, "--engine", "local", "--seed", "10.5", "--output", str(tmp_path / "o")])
+    assert code == 2 and "crowdspark: error: seed must be an integer, but got 10.5" in capsys.readouterr().err

@@ -29,6 +29,7 @@ import numpy as np
 
 from crowdspark.block import Block
 from crowdspark.stats import Stats
+from crowdspark.validation import coerce_fields
 
 __all__ = ["Model", "ItemResult", "Update", "State"]
 
@@ -94,6 +95,10 @@ class Model:
     worker_params: tuple[str, ...] = ()
     #: keys of the exported parameters copied as they are by a warm start (class/level proportions)
     shared_params: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Bring every field to its declared type (:func:`crowdspark.validation.coerce_fields`)."""
+        coerce_fields(self, self.name)
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         raise NotImplementedError
