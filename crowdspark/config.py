@@ -2,11 +2,13 @@
 
 Precedence (lowest first): the defaults below, ``conf/default.toml``-style files given with ``--config``,
 then ``--set`` overrides, then explicit command-line flags (``--seed``, ``--engine`` ...).  Keys are
-``section.name``; algorithm sections (``[ds]``, ``[idbla]`` ...) are kept as plain dicts, every one of them
-(not only the chosen algorithm's) checked by :func:`crowdspark.algorithms.check_params`, so that a typo in
-any section is an error that lists the known keys.  Every value is brought to the type its dataclass field
-declares (:func:`crowdspark.validation.coerce_fields`): ``max_iter = 1e9`` is the integer ``1000000000``.
-See ``conf/default.toml`` for every key with its default and meaning.
+``section.name``.  The only tables are ``input``, ``gold``, ``output``, ``engine`` and the registered
+algorithm names (exact, case-sensitive); anything else is an error that lists them.  Algorithm sections
+(``[ds]``, ``[idbla]`` ...) are kept as plain dicts, every one of them (not only the chosen algorithm's)
+checked by :func:`crowdspark.algorithms.check_params`, so that a typo in any section is an error that
+lists the known keys.  Every value is brought to the type its dataclass field declares
+(:func:`crowdspark.validation.coerce_fields`): ``max_iter = 1e9`` is the integer ``1000000000``.  See
+``conf/default.toml`` for every key with its default and meaning.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from crowdspark.algorithms import check_params, model_class
+from crowdspark.algorithms import ALGORITHMS, algorithm_names, check_params, model_class
 from crowdspark.errors import ConfigError
-from crowdspark.validation import check_choice, check_int, coerce_fields
+from crowdspark.validation import check_choice, check_int, coerce_fields, did_you_mean
 
 __all__ = [
     "InputConfig",
@@ -178,6 +180,9 @@ class RunConfig:
         model_class(self.algorithm)
         if not isinstance(self.algorithms, Mapping):
             raise ConfigError(f"algorithms must map algorithm names to their parameters, but got {self.algorithms!r}")
+        for name in self.algorithms:
+            if name not in ALGORITHMS:
+                raise _unknown_table(name)
         object.__setattr__(self, "algorithms", {k: check_params(k, v) for k, v in self.algorithms.items()})
 
     def algorithm_params(self, name: str | None = None) -> dict[str, Any]:
@@ -200,6 +205,14 @@ def _jsonable(value: Any) -> Any:
 
 _SECTIONS = {"input": InputConfig, "gold": GoldConfig, "output": OutputConfig, "engine": EngineConfig}
 _TOP_KEYS = ("algorithm", "seed")
+
+
+def _unknown_table(name: str) -> ConfigError:
+    known = [*_SECTIONS, *algorithm_names()]
+    return ConfigError(
+        f"unknown configuration section [{name}]{did_you_mean(str(name), known)}; the sections are "
+        f"{', '.join(_SECTIONS)} and the algorithm names {', '.join(algorithm_names())} (exact, case-sensitive)"
+    )
 
 
 def parse_value(raw: str) -> Any:
@@ -330,12 +343,14 @@ def load_config(
             kwargs[key] = _build_section(key, value)
         elif key in _TOP_KEYS:
             kwargs[key] = value
-        elif isinstance(value, dict):
+        elif key in ALGORITHMS:
             algorithms[key] = value
+        elif isinstance(value, dict):
+            raise _unknown_table(key)
         else:
             raise ConfigError(
-                f"unknown configuration key {key!r}; top-level keys are {', '.join(_TOP_KEYS)} and tables "
-                f"{', '.join(_SECTIONS)} or an algorithm name"
+                f"unknown configuration key {key!r}{did_you_mean(key, _TOP_KEYS)}; top-level keys are "
+                f"{', '.join(_TOP_KEYS)} and the tables {', '.join(_SECTIONS)} and {', '.join(algorithm_names())}"
             )
     return RunConfig(algorithms=algorithms, **kwargs)
 

@@ -63,6 +63,7 @@ def test_set_values_are_read_as_toml_then_as_strings():
         (["engine.max_block_labels=0"], r"engine.max_block_labels must be an integer >= 1, but got 0"),
         (["engine.session_sweeps=0"], r"engine.session_sweeps must be an integer >= 1, but got 0"),
         (["bogus=1"], r"unknown configuration key 'bogus'"),
+        (["sed=3"], r"unknown configuration key 'sed' \(did you mean 'seed'\?\); top-level keys are algorithm, seed"),
         (["seed=1.5"], r"seed must be an integer, but got 1.5"),
     ],
 )
@@ -217,3 +218,29 @@ def test_every_bundled_configuration_file_loads(path):
     config = load_config([path])
     assert config.algorithm == tree["algorithm"]
     assert set(config.algorithms) == set(tree) & set(algorithm_names())
+
+
+KNOWN_SECTIONS = r"the sections are input, gold, output, engine and the algorithm names mv, ds, bcc, idbla, .*dds"
+
+
+@pytest.mark.parametrize(
+    "text, overrides, message",
+    [
+        ("[DS]\nmax_iter = 5\n", [], r"unknown configuration section \[DS\] \(did you mean 'ds'\?\); "),
+        ("", ["dss.max_iter=5"], r"unknown configuration section \[dss\] \(did you mean 'ds'\?\); "),
+        ("", ["foo.bar=1"], r"unknown configuration section \[foo\]; "),
+        ("[Engine]\npartitions = 2\n", [], r"unknown configuration section \[Engine\] \(did you mean 'engine'\?\); "),
+    ],
+)
+def test_only_known_sections_are_tables(tmp_path, text, overrides, message):
+    conf = tmp_path / "c.toml"
+    conf.write_text(text)
+    with pytest.raises(ConfigError, match=message + KNOWN_SECTIONS):
+        load_config([conf], overrides)
+
+
+def test_run_config_refuses_sections_of_unknown_algorithms():
+    with pytest.raises(ConfigError, match=r"unknown configuration section \[DS\] \(did you mean 'ds'\?\)"):
+        RunConfig(algorithms={"DS": {"max_iter": 5}})
+    with pytest.raises(ConfigError, match=r"algorithm must be one of \['mv', .*\], but got 'DS' \(did you mean 'ds'\?\)"):
+        RunConfig(algorithm="DS")
