@@ -78,6 +78,15 @@ def test_algorithm_params_and_seed_take_their_declared_types():
         DawidSkeneAggregator(algorithmParams={"max_iter": 5.5})._run_config()
 
 
+@pytest.mark.parametrize("param", ["seed", "partitions", "maxBlockLabels", "checkpointInterval"])
+def test_int_params_take_integral_floats_and_refuse_the_rest_with_a_config_error(param):
+    agg = CrowdAggregator(**{param: 3.0})
+    assert repr(agg.getOrDefault(param)) == "3"
+    for bad in (2.5, True, "3"):
+        with pytest.raises(ConfigError, match=rf"^{param} must be an integer, but got {bad!r}$"):
+            CrowdAggregator(**{param: bad})
+
+
 @pytest.mark.spark
 def test_fit_with_an_integral_float_parameter(labels):
     model = DawidSkeneAggregator(algorithmParams={"max_iter": 3.0}, seed=SEED).fit(labels)
