@@ -1,27 +1,35 @@
 """The registry from an algorithm's command-line name to its model class.
 
 A model class is a frozen dataclass whose fields are ``n_workers``, ``n_classes``, ``seed`` (set from the
-data and the run) and its hyperparameters; the hyperparameters are the keys of the algorithm's
-configuration section (``[ds]``, ``[mv]`` ...).  ``build_model`` rejects unknown keys, listing the known
-ones, and the model's own ``__post_init__`` checks the values.
+data and the run) and its hyperparameters; the hyperparameters, and the :data:`RUN_KEYS`, are the keys of
+the algorithm's configuration section (``[ds]``, ``[mv]`` ...).  :func:`check_params` rejects unknown
+keys, listing the known ones, and brings the values to the model's declared types; the model's own
+``__post_init__`` checks them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import MISSING, fields, replace
 from typing import Any
 
 from crowdspark.errors import ConfigError
-from crowdspark.models.base import Model
+from crowdspark.models.base import LevelModel, Model
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.models.difficulty_ds import DifficultyDawidSkene
 from crowdspark.models.idbla_cvb import IdblaCvb, IdblaCvb0
 from crowdspark.models.idbla_gibbs import Bcc, FixedIdbla, IdblaGibbs
 from crowdspark.models.majority_vote import MajorityVote
+from crowdspark.validation import check_choice, check_int, did_you_mean
 
-__all__ = ["ALGORITHMS", "PRESETS", "register", "algorithm_names", "algorithm_class", "hyperparameters", "build_model"]
+__all__ = ["ALGORITHMS", "PRESETS", "RUN_KEYS", "register", "algorithm_names", "hyperparameters", "model_class",
+           "check_params", "build_model"]
 
 _DATA_FIELDS = ("n_workers", "n_classes", "seed")
+
+#: keys of a section that are not model fields: a named parameter set, and how the run chooses H (models
+#: with levels only; see :func:`crowdspark.runner.fit_configured`)
+RUN_KEYS = ("preset", "select_levels", "level_criterion")
 
 ALGORITHMS: dict[str, type[Model]] = {}
 
@@ -40,6 +48,7 @@ register("idbla-cvb", IdblaCvb)
 register("idbla-cvb0", IdblaCvb0)
 register("dds", DifficultyDawidSkene)
 
+
 #: named parameter sets (``--set <algorithm>.preset=<name>``): preset name -> algorithm -> Preset
 PRESETS: dict[str, dict[str, Any]] = {}
 for _name, _cls in ALGORITHMS.items():
@@ -47,31 +56,93 @@ for _name, _cls in ALGORITHMS.items():
         PRESETS.setdefault(_preset, {})[_name] = _value
 
 
-
 def algorithm_names() -> list[str]:
     return list(ALGORITHMS)
 
 
-def algorithm_class(name: str) -> type[Model]:
-    """The model class of algorithm ``name``."""
-    return _lookup(name)
-
-
-def _lookup(name: str) -> type[Model]:
+def model_class(name: str) -> type[Model]:
+    """The model class registered as ``name``, or ConfigError listing the names."""
     try:
         return ALGORITHMS[name]
     except KeyError:
-        raise ConfigError(f"algorithm must be one of {algorithm_names()}, but got {name!r}") from None
+        raise ConfigError(
+            f"algorithm must be one of {algorithm_names()}, but got {name!r}{did_you_mean(str(name), ALGORITHMS)}"
+        ) from None
 
 
 def hyperparameters(name: str) -> dict[str, Any]:
     """The configurable parameters of algorithm ``name`` with their defaults."""
     out = {}
-    for f in fields(_lookup(name)):
+    for f in fields(model_class(name)):
         if f.name in _DATA_FIELDS:
             continue
         out[f.name] = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
     return out
+
+
+def _check_run_keys(name: str, params: dict[str, Any], known: dict[str, Any]) -> None:
+    """Check (and coerce in place) ``preset``, ``select_levels`` and ``level_criterion``."""
+    for key in ("select_levels", "level_criterion"):
+        if key in params and not issubclass(model_class(name), LevelModel):
+            raise ConfigError(f"{name}.{key} applies only to models with difficulty levels; remove it")
+    if "select_levels" in params:
+        levels = params["select_levels"]
+        message = f"{name}.select_levels must be a list of integers >= 1, but got {levels!r}"
+        if not isinstance(levels, (list, tuple)) or not levels:
+            raise ConfigError(message)
+        try:
+            params["select_levels"] = [check_int(f"{name}.select_levels", h, minimum=1) for h in levels]
+        except ConfigError:
+            raise ConfigError(message) from None
+    if "level_criterion" in params:
+        check_choice(f"{name}.level_criterion", params["level_criterion"], list(model_class(name).level_criteria()))
+    if "preset" in params:
+        available = sorted(model_class(name).presets)
+        if not available:
+            raise ConfigError(f"{name} has no presets, but got {name}.preset = {params['preset']!r}; remove it")
+        check_choice(f"{name}.preset", params["preset"], available)
+
+
+def check_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The configuration section ``[name]``, checked, with its values in the model's declared types.
+
+    Every key must be a hyperparameter of the model or one of :data:`RUN_KEYS`.  The values are coerced
+    and checked by the model's own ``__post_init__`` (on a placeholder problem of one worker and two
+    classes, whose checks do not depend on the data), so an ``int`` parameter given ``1e9`` comes back as
+    ``1000000000`` and ``2.5`` is an error; ``select_levels`` comes back as a list of ints.
+
+    Parameters
+    ----------
+    name : str
+        A registered algorithm name.
+    params : mapping
+        The section's keys and values.
+
+    Returns
+    -------
+    dict
+        The same keys, with coerced values.
+
+    Raises
+    ------
+    ConfigError
+        Unknown algorithm, unknown key, or an invalid value.
+    """
+    cls = model_class(name)
+    if not isinstance(params, Mapping):
+        raise ConfigError(f"[{name}] must be a table of keys, but got {params!r}")
+    params = dict(params)
+    known = hyperparameters(name)
+    unknown = sorted(set(params) - set(known) - set(RUN_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"unknown parameter(s) {', '.join(f'{name}.{k}' for k in unknown)} for algorithm {name!r}; "
+            f"known: {', '.join(sorted(known)) or '(none)'}{did_you_mean(unknown[0], [*known, *RUN_KEYS])}"
+        )
+    _check_run_keys(name, params, known)
+    model = cls(n_workers=1, n_classes=2, seed=0, **{k: v for k, v in params.items() if k in known})
+    params.update({k: getattr(model, k) for k in params if k in known})
+    return params
 
 
 def build_model(name: str, params: dict[str, Any], n_workers: int, n_classes: int, seed: int) -> Model:
@@ -82,7 +153,8 @@ def build_model(name: str, params: dict[str, Any], n_workers: int, n_classes: in
     name : str
         Algorithm name (``--algorithm``).
     params : dict
-        The algorithm's configuration section.
+        The algorithm's configuration section, without ``select_levels`` and ``level_criterion`` (which
+        choose among several models).
     n_workers, n_classes, seed : int
 
     Raises
@@ -90,20 +162,14 @@ def build_model(name: str, params: dict[str, Any], n_workers: int, n_classes: in
     ConfigError
         Unknown algorithm, unknown key, or an invalid value.
     """
-    cls = _lookup(name)
-    params = dict(params)
+    cls = model_class(name)
+    params = check_params(name, params)
     preset = params.pop("preset", None)
-    known = hyperparameters(name)
-    unknown = sorted(set(params) - set(known))
-    if unknown:
-        raise ConfigError(
-            f"unknown parameter(s) {', '.join(f'{name}.{k}' for k in unknown)} for algorithm {name!r}; "
-            f"known: {', '.join(sorted(known)) or '(none)'}"
-        )
+    choosers = sorted(set(params) & {"select_levels", "level_criterion"})
+    if choosers:
+        raise ConfigError(f"build_model builds one model; choose H with crowdspark.engine.select.choose_levels ({choosers})")
     model = cls(n_workers=n_workers, n_classes=n_classes, seed=seed, **params)
     if preset is not None:
-        if preset not in cls.presets:
-            raise ConfigError(f"{name}.preset must be one of {sorted(cls.presets)}, but got {preset!r}")
         # the preset sets its values; explicit parameters given next to it still win
         model = replace(cls.presets[preset].apply(model), **params)
     return model

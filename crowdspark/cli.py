@@ -23,6 +23,7 @@ log = logging.getLogger("crowdspark.cli")
 
 def build_parser() -> argparse.ArgumentParser:
     from crowdspark.algorithms import algorithm_names
+    from crowdspark.config import parse_value
 
     parser = argparse.ArgumentParser(
         prog="crowdspark", description="Infer true labels from noisy crowd labels, on numpy or Spark."
@@ -35,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     agg.add_argument("--gold", help="optional gold labels (columns item, truth) for evaluation")
     agg.add_argument("--algorithm", help=f"one of {', '.join(algorithm_names())} (default: ds)")
     agg.add_argument("--engine", choices=["spark", "local"], help="spark (default) or local (numpy, one process)")
-    agg.add_argument("--seed", type=int, help="seed of every random choice (default 0)")
+    agg.add_argument(
+        "--seed", type=parse_value, help="seed of every random choice, an integer >= 0 (default 0); read as --set seed="
+    )
     agg.add_argument("--config", action="append", default=[], help="TOML configuration file (repeatable)")
     agg.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -110,11 +113,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = getattr(args, "debug", False)
     configure_logging(debug, getattr(args, "quiet", False))
     if args.command == "algorithms":
-        from crowdspark.algorithms import algorithm_class, algorithm_names, hyperparameters
+        from crowdspark.algorithms import model_class, algorithm_names, hyperparameters
 
         listing = {name: hyperparameters(name) for name in algorithm_names()}
         for name in listing:
-            cls = algorithm_class(name)
+            cls = model_class(name)
             levels = list(getattr(cls, "auto_levels", ()))
             if levels:  # H is chosen at run time unless it is set
                 criterion = cls.default_level_criterion.upper()

@@ -2,20 +2,27 @@
 
 Precedence (lowest first): the defaults below, ``conf/default.toml``-style files given with ``--config``,
 then ``--set`` overrides, then explicit command-line flags (``--seed``, ``--engine`` ...).  Keys are
-``section.name``; algorithm sections (``[ds]``, ``[idbla]`` ...) are kept as plain dicts here and checked by
-the algorithm registry when the model is built, so that an unknown key is an error that lists the known
-ones.  See ``conf/default.toml`` for every key with its default and meaning.
+``section.name``.  The only tables are ``input``, ``gold``, ``output``, ``engine`` and the registered
+algorithm names (exact, case-sensitive); anything else is an error that lists them.  Algorithm sections
+(``[ds]``, ``[idbla]`` ...) are kept as plain dicts, every one of them (not only the chosen algorithm's)
+checked by :func:`crowdspark.algorithms.check_params`, so that a typo in any section is an error that
+lists the known keys.  Every value is brought to the type its dataclass field declares
+(:func:`crowdspark.validation.coerce_fields`): ``max_iter = 1e9`` is the integer ``1000000000``.  See
+``conf/default.toml`` for every key with its default and meaning.
 """
 
 from __future__ import annotations
 
+import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from crowdspark.algorithms import ALGORITHMS, algorithm_names, check_params, model_class
 from crowdspark.errors import ConfigError
-from crowdspark.validation import check_choice, check_int
+from crowdspark.validation import check_choice, check_int, coerce_fields, did_you_mean
 
 __all__ = [
     "InputConfig",
@@ -25,6 +32,7 @@ __all__ = [
     "RunConfig",
     "load_config",
     "parse_override",
+    "parse_value",
 ]
 
 INPUT_FORMATS = ("auto", "csv", "parquet", "json")
@@ -51,6 +59,7 @@ class InputConfig:
     filter: str = ""
 
     def __post_init__(self) -> None:
+        coerce_fields(self, "input")
         check_choice("input.format", self.format, INPUT_FORMATS)
         if not isinstance(self.filter, str):
             raise ConfigError(f"input.filter must be a Spark SQL condition string, but got {self.filter!r}")
@@ -76,6 +85,7 @@ class GoldConfig:
     format: str = "auto"
 
     def __post_init__(self) -> None:
+        coerce_fields(self, "gold")
         check_choice("gold.format", self.format, INPUT_FORMATS)
 
 
@@ -86,6 +96,7 @@ class OutputConfig:
     format: str = "parquet"
 
     def __post_init__(self) -> None:
+        coerce_fields(self, "output")
         check_choice("output.format", self.format, OUTPUT_FORMATS)
 
 
@@ -130,6 +141,7 @@ class EngineConfig:
     cache_input: str = "auto"
 
     def __post_init__(self) -> None:
+        coerce_fields(self, "engine")
         check_choice("engine.resident_blocks", self.resident_blocks, ("auto", "on", "off"))
         check_choice("engine.sweep_mode", self.sweep_mode, ("auto", "session", "jobs"))
         check_choice("engine.cache_input", self.cache_input, ("auto", "on", "off"))
@@ -161,7 +173,17 @@ class RunConfig:
     algorithms: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        coerce_fields(self)
         check_int("seed", self.seed, minimum=0, maximum=2**63 - 1)
+        if not isinstance(self.algorithm, str):
+            raise ConfigError(f"algorithm must be a name such as 'ds', but got {self.algorithm!r}")
+        model_class(self.algorithm)
+        if not isinstance(self.algorithms, Mapping):
+            raise ConfigError(f"algorithms must map algorithm names to their parameters, but got {self.algorithms!r}")
+        for name in self.algorithms:
+            if name not in ALGORITHMS:
+                raise _unknown_table(name)
+        object.__setattr__(self, "algorithms", {k: check_params(k, v) for k, v in self.algorithms.items()})
 
     def algorithm_params(self, name: str | None = None) -> dict[str, Any]:
         """The ``[name]`` section (default: the chosen algorithm), possibly empty."""
@@ -185,20 +207,32 @@ _SECTIONS = {"input": InputConfig, "gold": GoldConfig, "output": OutputConfig, "
 _TOP_KEYS = ("algorithm", "seed")
 
 
+def _unknown_table(name: str) -> ConfigError:
+    known = [*_SECTIONS, *algorithm_names()]
+    return ConfigError(
+        f"unknown configuration section [{name}]{did_you_mean(str(name), known)}; the sections are "
+        f"{', '.join(_SECTIONS)} and the algorithm names {', '.join(algorithm_names())} (exact, case-sensitive)"
+    )
+
+
+def parse_value(raw: str) -> Any:
+    """``raw`` read as a TOML value (``10``, ``1e-6``, ``true``, ``["a", "b"]``) or, if it is none, the
+    string itself."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """Parse ``section.key=value``; the value is read as TOML (``10``, ``1e-6``, ``true``, ``["a", "b"]``)
-    and, if that fails, taken as a plain string."""
+    """Parse ``section.key=value``; the value is read by :func:`parse_value`."""
     if "=" not in text:
         raise ConfigError(f"--set must be KEY=VALUE (e.g. ds.max_iter=50), but got {text!r}")
     key, raw = text.split("=", 1)
     key = key.strip()
     if not key:
         raise ConfigError(f"--set must be KEY=VALUE (e.g. ds.max_iter=50), but got {text!r}")
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw
-    return key.split("."), value
+    return key.split("."), parse_value(raw)
 
 
 def _merge(tree: dict[str, Any], path: list[str], value: Any) -> None:
@@ -211,13 +245,28 @@ def _merge(tree: dict[str, Any], path: list[str], value: Any) -> None:
 
 
 def _read_toml(path: str | Path) -> dict[str, Any]:
+    """The TOML file at ``path``; a missing, unreadable, non-UTF-8 or invalid file is a ConfigError."""
+    where = f"configuration file {str(path)!r}"
+    if os.path.isdir(path):
+        raise ConfigError(f"{where} is a folder; --config takes a TOML file (e.g. conf/default.toml)")
     try:
         with open(path, "rb") as handle:
-            return tomllib.load(handle)
+            data = handle.read()
     except FileNotFoundError as exc:
-        raise ConfigError(f"configuration file {str(path)!r} does not exist") from exc
+        raise ConfigError(f"{where} does not exist") from exc
+    except OSError as exc:
+        raise ConfigError(f"{where} cannot be read ({exc.strerror or exc}); check the path and its permissions") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{where} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); TOML files are "
+            "UTF-8: is it a binary file, or saved in another encoding?"
+        ) from exc
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"configuration file {str(path)!r} is not valid TOML: {exc}") from exc
+        raise ConfigError(f"{where} is not valid TOML: {exc}") from exc
 
 
 def _deep_update(base: dict[str, Any], extra: dict[str, Any]) -> None:
@@ -294,15 +343,15 @@ def load_config(
             kwargs[key] = _build_section(key, value)
         elif key in _TOP_KEYS:
             kwargs[key] = value
-        elif isinstance(value, dict):
+        elif key in ALGORITHMS:
             algorithms[key] = value
+        elif isinstance(value, dict):
+            raise _unknown_table(key)
         else:
             raise ConfigError(
-                f"unknown configuration key {key!r}; top-level keys are {', '.join(_TOP_KEYS)} and tables "
-                f"{', '.join(_SECTIONS)} or an algorithm name"
+                f"unknown configuration key {key!r}{did_you_mean(key, _TOP_KEYS)}; top-level keys are "
+                f"{', '.join(_TOP_KEYS)} and the tables {', '.join(_SECTIONS)} and {', '.join(algorithm_names())}"
             )
-    if "algorithm" in kwargs and not isinstance(kwargs["algorithm"], str):
-        raise ConfigError(f"algorithm must be a name such as 'ds', but got {kwargs['algorithm']!r}")
     return RunConfig(algorithms=algorithms, **kwargs)
 
 

@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import fields, replace
 from functools import partial
 from typing import Any
@@ -99,7 +99,7 @@ from crowdspark.models.base import Model as Kernel
 from crowdspark.output import item_frame, to_jsonable
 from crowdspark.runner import item_schema, Timer, fit_spark_frames
 from crowdspark.spark_data import SparkLabels, prepare_labels_spark
-from crowdspark.validation import check_choice
+from crowdspark.validation import check_choice, check_int
 
 __all__ = [
     "FORMAT_VERSION",
@@ -139,6 +139,11 @@ def _to_json_object(value: Any) -> str:
     return json.dumps(parsed, sort_keys=True)
 
 
+def _to_int(name: str) -> Callable[[Any], int]:
+    """Param converter: :func:`check_int` naming the Param (``5.0`` -> ``5``; ``2.5`` is a ConfigError)."""
+    return partial(check_int, name)
+
+
 class _CrowdParams(Params):
     """The Params shared by :class:`CrowdAggregator` and :class:`CrowdAggregatorModel`."""
 
@@ -158,7 +163,7 @@ class _CrowdParams(Params):
         TypeConverters.toString,
     )
     seed: Param[int] = Param(
-        Params._dummy(), "seed", "seed of every random choice (same seed => same answer)", TypeConverters.toInt
+        Params._dummy(), "seed", "seed of every random choice (same seed => same answer)", _to_int("seed")
     )
     algorithmParams: Param[str] = Param(
         Params._dummy(),
@@ -178,16 +183,16 @@ class _CrowdParams(Params):
         Params._dummy(),
         "partitions",
         "Spark partitions of the item blocks (0 = the context's default parallelism)",
-        TypeConverters.toInt,
+        _to_int("partitions"),
     )
     maxBlockLabels: Param[int] = Param(
-        Params._dummy(), "maxBlockLabels", "largest number of labels in one block", TypeConverters.toInt
+        Params._dummy(), "maxBlockLabels", "largest number of labels in one block", _to_int("maxBlockLabels")
     )
     checkpointInterval: Param[int] = Param(
         Params._dummy(),
         "checkpointInterval",
         "stateful models (samplers) truncate the lineage every this many sweeps",
-        TypeConverters.toInt,
+        _to_int("checkpointInterval"),
     )
     handleUnknownWorkers: Param[str] = Param(
         Params._dummy(),

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from crowdspark import __version__
-from crowdspark.algorithms import algorithm_class, build_model, hyperparameters
+from crowdspark.algorithms import build_model, hyperparameters, model_class
 from crowdspark.block import Block, build_blocks
 from crowdspark.config import RunConfig
 from crowdspark.errors import ConfigError, InputError
@@ -157,7 +157,7 @@ def fit_configured(
         ``selection`` is ``{"criterion", "chosen", "table"}`` or ``None``.
     """
     name = config.algorithm
-    plan = level_plan(algorithm_class(name), config.algorithm_params(),
+    plan = level_plan(model_class(name), config.algorithm_params(),
                       warm_start.parameters if warm_start is not None else None)
     params = plan.params
     selection = None

@@ -1,14 +1,25 @@
-"""Parameter checks with messages of the form "<name> must be <constraint>, but got <value>"."""
+"""Parameter checks with messages of the form "<name> must be <constraint>, but got <value>".
+
+:func:`coerce_fields` is the one place that brings values to the types their dataclass declares (an
+``int`` field given ``1e9`` holds ``1000000000``, a ``float`` field given ``1`` holds ``1.0``).  The
+configuration sections and the models call it first thing in ``__post_init__``, so every way a value comes
+in (TOML files, ``--set``, keyword arguments, Spark ML Params) ends in the same typed values.
+"""
 
 from __future__ import annotations
 
+import difflib
+import functools
 import math
+import numbers
+import typing
 from collections.abc import Iterable
+from dataclasses import fields
 from typing import Any
 
 from crowdspark.errors import ConfigError
 
-__all__ = ["check_int", "check_float", "check_choice", "check_bool"]
+__all__ = ["check_int", "check_float", "check_choice", "check_bool", "coerce", "coerce_fields", "did_you_mean"]
 
 
 def _fail(name: str, constraint: str, value: Any) -> ConfigError:
@@ -16,10 +27,13 @@ def _fail(name: str, constraint: str, value: Any) -> ConfigError:
 
 
 def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None) -> int:
-    """Return ``value`` as an int, or raise ConfigError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int,)) and not (
-        isinstance(value, float) and value.is_integer()
-    ):
+    """Return ``value`` as an int, or raise ConfigError naming ``name``.
+
+    Integers (numpy's too) and integral floats (``1e9``, ``2.0``) are accepted; a bool, a non-integral,
+    NaN or infinite float, a string or anything else is not.
+    """
+    integral = isinstance(value, numbers.Integral) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not integral:
         raise _fail(name, "an integer", value)
     value = int(value)
     if minimum is not None and value < minimum:
@@ -39,7 +53,7 @@ def check_float(
     strict_max: bool = False,
 ) -> float:
     """Return ``value`` as a finite float within bounds, or raise ConfigError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise _fail(name, "a finite number", value)
     value = float(value)
     if minimum is not None and (value <= minimum if strict_min else value < minimum):
@@ -61,3 +75,52 @@ def check_bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise _fail(name, "true or false", value)
     return value
+
+
+def coerce(name: str, value: Any, kind: Any) -> Any:
+    """``value`` as the declared type ``kind``, or ConfigError naming ``name``.
+
+    ``int``: :func:`check_int` (``2.0`` -> ``2``; ``2.5``, ``nan``, ``true``, ``"2"`` are errors).
+    ``float``: :func:`check_float` (``1`` -> ``1.0``).  ``bool``: :func:`check_bool`.  ``list[X]`` and
+    ``tuple[X, ...]`` given a list or tuple: that container of coerced elements (``name[i]``).  Any other
+    type (``str``, nested configurations) is returned as it is, for the owner's own checks.
+    """
+    if kind is int:
+        return check_int(name, value)
+    if kind is float:
+        return check_float(name, value)
+    if kind is bool:
+        return check_bool(name, value)
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    homogeneous = (origin is list and len(args) == 1) or (origin is tuple and len(args) == 2 and args[1] is ...)
+    if homogeneous and isinstance(value, (list, tuple)):
+        return origin(coerce(f"{name}[{i}]", v, args[0]) for i, v in enumerate(value))
+    return value
+
+
+@functools.cache
+def _declared_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def coerce_fields(obj: Any, prefix: str = "") -> None:
+    """Set every field of the (frozen) dataclass instance ``obj`` to :func:`coerce` of its value.
+
+    Parameters
+    ----------
+    obj : dataclass instance
+        Called from its ``__post_init__``.
+    prefix : str
+        Section of the fields in messages (``"ds"`` -> ``"ds.max_iter must be an integer, ..."``).
+    """
+    types = _declared_types(type(obj))
+    for f in fields(obj):
+        name = f"{prefix}.{f.name}" if prefix else f.name
+        object.__setattr__(obj, f.name, coerce(name, getattr(obj, f.name), types[f.name]))
+
+
+def did_you_mean(value: str, known: Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the known name closest to ``value`` (ignoring case), else ``""``."""
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(value.lower(), list(by_lower), n=1)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -109,3 +111,63 @@ def test_python_m_crowdspark_on_spark_with_crowd_kit_columns(tmp_path):
     assert summary["small_input"]["reader"] == "pandas"
     assert summary["counts"]["items"] == 462 and "read with pandas, without Spark" in proc.stdout + proc.stderr
     assert len(pd.read_parquet(out / "items")) == 462
+
+
+def _bad_config(tmp_path, kind):
+    if kind == "folder":
+        return tmp_path, "is a folder"
+    path = tmp_path / "c.toml"
+    if kind == "binary":
+        path.write_bytes(bytes(range(256)) * 4)
+        return path, r"is not UTF-8 text \(byte 0x80 at offset 128\)"
+    if kind == "latin-1":
+        path.write_bytes("[input]\nitem = 'tâche'\n".encode("latin-1"))
+        return path, r"is not UTF-8 text \(byte 0xe2 at offset 17\)"
+    if kind == "unreadable":
+        path.write_text("seed = 1\n")
+        path.chmod(0)
+        return path, r"cannot be read \(Permission denied\)"
+    return "/proc/self/mem", r"cannot be read \("  # exists, but reading it from offset 0 fails
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "folder",
+        "binary",
+        "latin-1",
+        pytest.param("unreadable", marks=pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")),
+        pytest.param("proc", marks=pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="Linux only")),
+    ],
+)
+def test_config_that_is_not_a_readable_toml_file_exits_2(tmp_path, capsys, kind):
+    path, what = _bad_config(tmp_path, kind)
+    code = main(["aggregate", *RTE, "--engine", "local", "--config", str(path), "--output", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert re.search(rf"crowdspark: error: configuration file '{re.escape(str(path))}' {what}", err), err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("flag", [["--seed", "1000.0"], ["--set", "seed=1000.0"], ["--seed", "1e3"]])
+def test_seed_given_as_an_integral_float_gives_the_same_run(tmp_path, flag):
+    """bcc draws from streams keyed by the seed: 1000.0 must be the seed 1000, not a different key."""
+    sampler = ["--algorithm", "bcc", "--set", "bcc.burn_in=2", "--set", "bcc.n_samples=2", "--engine", "local"]
+
+    def run(name, *seed):
+        assert main(["aggregate", *RTE, *sampler, *seed, "--output", str(tmp_path / name)]) == 0
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        return summary, pd.read_parquet(tmp_path / name / "items").sort_values("item").reset_index(drop=True)
+
+    (want, want_items), (got, got_items), (_, other_items) = (
+        run("int", "--seed", "1000"), run("float", *flag), run("other", "--seed", "1001")
+    )
+    assert got["seed"] == 1000 and type(got["seed"]) is int
+    assert got["parameters"] == want["parameters"] and got["config"] == want["config"]
+    pd.testing.assert_frame_equal(got_items, want_items)
+    assert not np.array_equal(np.stack(other_items["posterior"]), np.stack(want_items["posterior"]))
+
+
+def test_seed_that_is_not_an_integer_exits_2(tmp_path, capsys):
+    code = main(["aggregate", *RTE, "--engine", "local", "--seed", "10.5", "--output", str(tmp_path / "o")])
+    assert code == 2 and "crowdspark: error: seed must be an integer, but got 10.5" in capsys.readouterr().err

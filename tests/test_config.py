@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import tomllib
+import typing
 from dataclasses import fields
 
+import pandas as pd
 import pytest
 
-from crowdspark.algorithms import algorithm_class, algorithm_names, hyperparameters
+from crowdspark.algorithms import algorithm_names, build_model, hyperparameters, model_class
 from crowdspark.config import EngineConfig, GoldConfig, InputConfig, OutputConfig, RunConfig, load_config
 from crowdspark.errors import ConfigError
 from tests.helpers import DATA
@@ -25,7 +27,7 @@ def test_default_toml_documents_every_key_with_the_code_default():
         assert tree[name] == expected, name
     for algorithm in algorithm_names():
         expected = hyperparameters(algorithm)
-        if getattr(algorithm_class(algorithm), "auto_levels", ()):  # H is chosen at run time unless n_levels is set (documented in a comment)
+        if getattr(model_class(algorithm), "auto_levels", ()):  # H is chosen at run time unless n_levels is set (documented in a comment)
             del expected["n_levels"]
         assert tree.get(algorithm, {}) == expected, algorithm
     assert load_config([DEFAULT]) == RunConfig(algorithms={k: v for k, v in tree.items() if k in algorithm_names()})
@@ -60,6 +62,7 @@ def test_set_values_are_read_as_toml_then_as_strings():
         (["engine.max_block_labels=0"], r"engine.max_block_labels must be an integer >= 1, but got 0"),
         (["engine.session_sweeps=0"], r"engine.session_sweeps must be an integer >= 1, but got 0"),
         (["bogus=1"], r"unknown configuration key 'bogus'"),
+        (["sed=3"], r"unknown configuration key 'sed' \(did you mean 'seed'\?\); top-level keys are algorithm, seed"),
         (["seed=1.5"], r"seed must be an integer, but got 1.5"),
     ],
 )
@@ -90,3 +93,153 @@ def test_default_partitions_are_a_multiple_of_the_cores(cores, labels, expected)
 
     spark = SimpleNamespace(sparkContext=SimpleNamespace(defaultParallelism=cores))
     assert default_partitions(spark, labels) == expected
+
+
+# --------------------------------------------------------------------------- values take their declared types
+
+
+def _declared(cls, kind, skip=()):
+    return [f.name for f in fields(cls) if typing.get_type_hints(cls)[f.name] is kind and f.name not in skip]
+
+
+#: every (algorithm, int hyperparameter), read from the model dataclasses
+INT_PARAMETERS = [
+    (name, key) for name in algorithm_names() for key in _declared(model_class(name), int) if key in hyperparameters(name)
+]
+
+
+def _typed(values: dict) -> dict:
+    return {k: (type(v), v) for k, v in values.items()}
+
+
+def test_every_iterative_model_has_its_int_parameters_in_the_generated_list():
+    keys = {key for _, key in INT_PARAMETERS}
+    assert {"max_iter", "burn_in", "n_samples", "thin", "n_levels", "newton_steps", "histogram_bins"} <= keys
+    assert {name for name, _ in INT_PARAMETERS} == set(algorithm_names()) - {"mv"}
+
+
+@pytest.mark.parametrize("name, key", INT_PARAMETERS)
+def test_int_parameters_given_integral_floats_hold_ints(name, key):
+    default = hyperparameters(name)[key]
+    as_float = load_config(overrides=[f"{name}.{key}={float(default):e}"])  # e.g. 4.096000e+03
+    as_int = load_config(overrides=[f"{name}.{key}={default}"])
+    assert _typed(as_float.algorithm_params(name)) == _typed(as_int.algorithm_params(name)) == {key: (int, default)}
+    built = [build_model(name, c.algorithm_params(name), 3, 2, 0) for c in (as_float, as_int)]
+    assert [_typed(vars(m)) for m in built] == [_typed(vars(built[1]))] * 2
+    direct = model_class(name)(n_workers=3, n_classes=2, **{key: float(default)})
+    assert type(getattr(direct, key)) is int
+    with pytest.raises(ConfigError, match=rf"^{name}.{key} must be an integer, but got 2.5$"):
+        load_config(overrides=[f"{name}.{key}=2.5"])
+
+
+@pytest.mark.parametrize("value, shown", [("2.5", "2.5"), ("nan", "nan"), ("inf", "inf"), ("true", "True"), ('"ten"', "'ten'")])
+def test_int_parameters_refuse_what_is_not_an_integer(value, shown, tmp_path):
+    message = rf"^ds.max_iter must be an integer, but got {shown}$"
+    with pytest.raises(ConfigError, match=message):
+        load_config(overrides=[f"ds.max_iter={value}"])
+    conf = tmp_path / "c.toml"
+    conf.write_text(f"[ds]\nmax_iter = {value}\n")
+    with pytest.raises(ConfigError, match=message):
+        load_config([conf])
+
+
+def test_float_parameters_given_ints_hold_floats_and_refuse_strings():
+    config = load_config(overrides=["ds.tol=1", "ds.smoothing=2"])
+    assert _typed(config.algorithm_params("ds")) == {"tol": (float, 1.0), "smoothing": (float, 2.0)}
+    with pytest.raises(ConfigError, match=r"^ds.tol must be a finite number, but got 'small'$"):
+        load_config(overrides=["ds.tol=small"])
+
+
+@pytest.mark.parametrize("key", _declared(EngineConfig, int))
+def test_engine_int_settings_given_integral_floats_hold_ints(key):
+    default = getattr(EngineConfig(), key)
+    extra = ["engine.checkpoint_dir=/tmp/x"] if key == "checkpoint_every" else []
+    config = load_config(overrides=[f"engine.{key}={float(default) + 1}", *extra])
+    assert _typed({key: getattr(config.engine, key)}) == {key: (int, default + 1)}
+    with pytest.raises(ConfigError, match=rf"^engine.{key} must be an integer, but got 1.5$"):
+        load_config(overrides=[f"engine.{key}=1.5", *extra])
+
+
+def test_seed_given_an_integral_float_is_the_int_everywhere(tmp_path):
+    conf = tmp_path / "c.toml"
+    conf.write_text("seed = 1000.0\n")
+    for config in (load_config([conf]), load_config(overrides=["seed=1e3"]), load_config(seed=1000.0),
+                   RunConfig(seed=1000.0)):
+        assert type(config.seed) is int and config == RunConfig(seed=1000)
+        assert config.to_dict() == RunConfig(seed=1000).to_dict()
+
+
+def test_select_levels_are_ints_and_must_be_integers():
+    config = load_config(overrides=["idbla.select_levels=[1.0, 2.0]"])
+    assert _typed({"v": config.algorithm_params("idbla")["select_levels"]}) == {"v": (list, [1, 2])}
+    assert [type(h) for h in config.algorithm_params("idbla")["select_levels"]] == [int, int]
+    for bad in ("[1.5]", "[0]", "[]", "[true]"):
+        with pytest.raises(ConfigError, match=r"idbla.select_levels must be a list of integers >= 1, but got"):
+            load_config(overrides=[f"idbla.select_levels={bad}"])
+
+
+def test_pandas_api_keyword_arguments_take_integral_floats():
+    from crowdspark.api import Aggregator, DawidSkene
+
+    labels = pd.read_csv(DATA / "temp" / "labels.csv", dtype=str)
+    fitted = DawidSkene(max_iter=1e3, seed=4.0).fit(labels)
+    want = DawidSkene(max_iter=1000, seed=4).fit(labels)
+    assert fitted.summary_["parameters"] == want.summary_["parameters"]
+    assert _typed(fitted.summary_["parameters"]) == _typed(want.summary_["parameters"])
+    pd.testing.assert_frame_equal(fitted.probas_, want.probas_)
+    with pytest.raises(ConfigError, match=r"^idbla.burn_in must be an integer, but got 10.5$"):
+        Aggregator("idbla", burn_in=10.5).fit(labels)
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("bcc.burnin=5", r"unknown parameter\(s\) bcc.burnin for algorithm 'bcc'; known: .*\(did you mean 'burn_in'\?\)"),
+        ("bcc.burn_in=-1", r"bcc.burn_in must be an integer >= 0, but got -1"),
+        ("idbla.n_samples=2.5", r"idbla.n_samples must be an integer, but got 2.5"),
+        ("dds.level_criterion=bicc", r"dds.level_criterion must be one of \['aic', 'bic', 'icl'\], but got 'bicc'"),
+        ("ds.select_levels=[1, 2]", r"ds.select_levels applies only to models with difficulty levels"),
+        ("fixed-idbla.preset=fast", r"fixed-idbla.preset must be one of \['paper'\], but got 'fast'"),
+        ("ds.preset=paper", r"ds has no presets, but got ds.preset = 'paper'; remove it"),
+    ],
+)
+def test_sections_of_other_algorithms_are_checked_too(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(overrides=[override], algorithm="ds")
+
+
+@pytest.mark.parametrize("path", sorted((DATA.parent / "conf").glob("*.toml")), ids=lambda p: p.name)
+def test_every_bundled_configuration_file_loads(path):
+    tree = tomllib.loads(path.read_text())
+    config = load_config([path])
+    assert config.algorithm == tree["algorithm"]
+    assert set(config.algorithms) == set(tree) & set(algorithm_names())
+
+
+KNOWN_SECTIONS = r"the sections are input, gold, output, engine and the algorithm names mv, ds, bcc, idbla, .*dds"
+
+
+@pytest.mark.parametrize(
+    "text, overrides, message",
+    [
+        ("[DS]\nmax_iter = 5\n", [], r"unknown configuration section \[DS\] \(did you mean 'ds'\?\); "),
+        ("", ["dss.max_iter=5"], r"unknown configuration section \[dss\] \(did you mean 'ds'\?\); "),
+        ("", ["foo.bar=1"], r"unknown configuration section \[foo\]; "),
+        ("[Engine]\npartitions = 2\n", [], r"unknown configuration section \[Engine\] \(did you mean 'engine'\?\); "),
+    ],
+)
+def test_only_known_sections_are_tables(tmp_path, text, overrides, message):
+    conf = tmp_path / "c.toml"
+    conf.write_text(text)
+    with pytest.raises(ConfigError, match=message + KNOWN_SECTIONS):
+        load_config([conf], overrides)
+
+
+def test_run_config_refuses_sections_of_unknown_algorithms():
+    with pytest.raises(ConfigError, match=r"unknown configuration section \[DS\] \(did you mean 'ds'\?\)"):
+        RunConfig(algorithms={"DS": {"max_iter": 5}})
+    with pytest.raises(ConfigError, match=r"algorithm must be one of \['mv', .*\], but got 'DS' \(did you mean 'ds'\?\)"):
+        RunConfig(algorithm="DS")

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdspark.algorithms import algorithm_class, algorithm_names, build_model, hyperparameters
+from crowdspark.algorithms import model_class, algorithm_names, build_model, hyperparameters
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import finish_fn, fit
 from crowdspark.stats import sum_stats
@@ -123,7 +123,7 @@ def test_answers_do_not_depend_on_the_names_of_items_and_workers(frames, name, w
     new_ids, new_lab, new_post = answers(name, new_blocks, new_enc)
     order = np.argsort(np.array([back[i] for i in new_ids]), kind="stable")
     new_lab, new_post = new_lab[order], new_post[order]
-    cls = algorithm_class(name)
+    cls = model_class(name)
     model = cls(enc.n_workers, enc.n_classes)
     # a sampler's per-item sums change their rounding with the workers' order, and a fit that draws per-item
     # random numbers draws others for renamed items: another draw of the same answer

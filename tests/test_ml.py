@@ -70,6 +70,33 @@ def test_algorithm_params_must_be_a_json_object(value):
         CrowdAggregator(algorithmParams=value)
 
 
+def test_algorithm_params_and_seed_take_their_declared_types():
+    config = DawidSkeneAggregator(algorithmParams={"max_iter": 5.0, "tol": 0}, seed=7.0)._run_config()
+    typed = {k: (type(v), v) for k, v in config.algorithm_params().items()}
+    assert typed == {"max_iter": (int, 5), "tol": (float, 0.0)} and type(config.seed) is int
+    with pytest.raises(ConfigError, match=r"^ds.max_iter must be an integer, but got 5.5$"):
+        DawidSkeneAggregator(algorithmParams={"max_iter": 5.5})._run_config()
+
+
+@pytest.mark.parametrize("param", ["seed", "partitions", "maxBlockLabels", "checkpointInterval"])
+def test_int_params_take_integral_floats_and_refuse_the_rest_with_a_config_error(param):
+    agg = CrowdAggregator(**{param: 3.0})
+    assert repr(agg.getOrDefault(param)) == "3"
+    for bad in (2.5, True, "3"):
+        with pytest.raises(ConfigError, match=rf"^{param} must be an integer, but got {bad!r}$"):
+            CrowdAggregator(**{param: bad})
+
+
+@pytest.mark.spark
+def test_fit_with_an_integral_float_parameter(labels):
+    model = DawidSkeneAggregator(algorithmParams={"max_iter": 3.0}, seed=SEED).fit(labels)
+    try:
+        assert model.summary["parameters"]["max_iter"] == 3 and type(model.summary["parameters"]["max_iter"]) is int
+        assert model.summary["iterations"] <= 3
+    finally:
+        model.close()
+
+
 # --------------------------------------------------------------------------- fixtures
 
 

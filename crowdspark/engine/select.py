@@ -34,13 +34,9 @@ from crowdspark.models.base import LevelModel, State
 from crowdspark.stats import Stats
 from crowdspark.validation import check_choice, check_int
 
-__all__ = ["GENERIC_CRITERIA", "LevelChoice", "LevelPlan", "criteria", "choose_levels", "level_plan"]
+__all__ = ["LevelChoice", "LevelPlan", "criteria", "choose_levels", "level_plan"]
 
 log = logging.getLogger(__name__)
-
-#: the criteria every level model has: name -> whether larger is better
-GENERIC_CRITERIA = {"aic": False, "bic": False, "icl": False}
-
 
 @dataclass(frozen=True)
 class LevelChoice:
@@ -63,7 +59,7 @@ class LevelChoice:
 
 def criteria(model: LevelModel) -> dict[str, bool]:
     """Every criterion ``model`` can be chosen by: name -> whether larger is better."""
-    return {**GENERIC_CRITERIA, **type(model).extra_level_criteria}
+    return type(model).level_criteria()
 
 
 def _evidence(model: LevelModel, block, state: State, params: Any) -> tuple[State, Stats]:
@@ -191,6 +187,8 @@ def level_plan(cls: type, params: dict[str, Any], warm_parameters: dict[str, Any
             candidates = cls.auto_levels
     if candidates is None and criterion is None:
         return LevelPlan(params)
+    if candidates is None:
+        raise ConfigError(f"{name}.level_criterion needs {name}.select_levels, the numbers of levels to compare")
     if not isinstance(candidates, (list, tuple)) or not candidates:
         raise ConfigError(f"{name}.select_levels must be a list of integers >= 1, but got {candidates!r}")
     return LevelPlan(params, tuple(check_int(f"{name}.select_levels", h, minimum=1) for h in candidates),

@@ -37,6 +37,7 @@ import numpy as np
 
 from crowdspark.block import Block
 from crowdspark.stats import Stats
+from crowdspark.validation import coerce_fields
 
 __all__ = ["Model", "ItemResult", "Update", "State", "Schedule", "Preset", "LevelModel"]
 
@@ -146,6 +147,10 @@ class Model:
     def schedule(self) -> Schedule:
         """How many sweeps, and when the fit stops (default: one pass, no sweeps)."""
         return Schedule()
+
+    def __post_init__(self) -> None:
+        """Bring every field to its declared type (:func:`crowdspark.validation.coerce_fields`)."""
+        coerce_fields(self, self.name)
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         raise NotImplementedError
@@ -264,6 +269,12 @@ class LevelModel(Model):
     default_level_criterion: ClassVar[str] = "aic"
     #: criteria beyond AIC, BIC and ICL that :meth:`level_row` computes: name -> whether larger is better
     extra_level_criteria: ClassVar[dict[str, bool]] = {}
+
+    @classmethod
+    def level_criteria(cls) -> dict[str, bool]:
+        """Every criterion H can be chosen by: AIC, BIC, ICL and :attr:`extra_level_criteria`, name -> whether
+        larger is better."""
+        return {"aic": False, "bic": False, "icl": False, **cls.extra_level_criteria}
 
     def n_free_parameters(self) -> int:
         """Free parameters of the model (for AIC and BIC)."""

@@ -113,6 +113,7 @@ class DawidSkene(Model):
     shared_params: ClassVar[tuple[str, ...]] = ("log_alpha",)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_int("ds.max_iter", self.max_iter, minimum=1)
         check_float("ds.tol", self.tol, minimum=0.0)
         check_float("ds.smoothing", self.smoothing, minimum=0.0, strict_min=True)

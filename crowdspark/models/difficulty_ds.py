@@ -502,6 +502,7 @@ class DifficultyDawidSkene(LevelModel):
     shared_params: ClassVar[tuple[str, ...]] = ("log_alpha", "log_beta", "w", "d")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         p = self.name
         check_int(f"{p}.n_workers", self.n_workers, minimum=1)
         check_int(f"{p}.n_classes", self.n_classes, minimum=2)

@@ -294,6 +294,7 @@ class IdblaInit(LevelModel):
     random_fit: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         prefix = self.name
         check_int(f"{prefix}.n_workers", self.n_workers, minimum=1)
         check_int(f"{prefix}.n_classes", self.n_classes, minimum=2)
