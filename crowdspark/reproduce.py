@@ -1421,9 +1421,10 @@ def write_report(results: Results, output_dir: str | Path, command: str = "") ->
     Path
         The report directory.
     """
+    from crowdspark.marker import REPORT
     from crowdspark.output import StagedOutput
 
-    with StagedOutput(str(output_dir)) as staged:
+    with StagedOutput(str(output_dir), kind=REPORT) as staged:
         out = Path(staged.staging)
         figures = write_figures(results, out)
         (out / "report.md").write_text(render_report(results, figures, command), encoding="utf-8")
@@ -1510,7 +1511,10 @@ def _commit() -> str | None:
 def run_and_write(config: ReproduceConfig, output: str | Path, spark: Any = None, command: str = "") -> Results:
     """Run the experiments and write the report directory."""
     from crowdspark import __version__
+    from crowdspark.marker import REPORT
+    from crowdspark.output import check_output
 
+    check_output(str(output), kind=REPORT)  # before hours of fitting
     commit = _commit()  # before the run: the code that is measured
     results = run_experiments(config, spark)
     results.meta = {"crowdspark": __version__, "commit": commit, "command": command}

@@ -32,7 +32,9 @@ def test_run_ids_keep_old_runs_and_move_latest_last(tmp_path):
         aggregate(config, RTE[0], str(tmp_path / "out"), run_id=day)
     latest = json.loads((tmp_path / "out" / "_LATEST.json").read_text())
     assert latest["run_id"] == "2026-11-25" and latest["path"].endswith("run_id=2026-11-25")
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["_LATEST.json", "run_id=2026-11-24", "run_id=2026-11-25"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "_CROWDSPARK.json", "_LATEST.json", "run_id=2026-11-24", "run_id=2026-11-25"
+    ]
     with pytest.raises(ConfigError, match=r"--run-id must be a plain name"):
         aggregate(config, RTE[0], str(tmp_path / "out"), run_id="../x")
 
@@ -44,7 +46,7 @@ def test_failed_run_does_not_move_latest(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         aggregate(config, RTE[0], str(tmp_path / "out"), run_id="day2")
     assert json.loads((tmp_path / "out" / "_LATEST.json").read_text())["run_id"] == "day1"
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["_LATEST.json", "run_id=day1"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["_CROWDSPARK.json", "_LATEST.json", "run_id=day1"]
 
 
 def _split_days(tmp_path):
