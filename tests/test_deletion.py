@@ -4,17 +4,22 @@
 from __future__ import annotations
 
 import json
+import pickle
 import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from crowdspark.cli import main
+from crowdspark.config import load_config
 from crowdspark.errors import ConfigError
 from crowdspark.marker import MARKER, overlap, path_components
-from tests.helpers import DATA
+from crowdspark.runner import aggregate
+from tests.helpers import DATA, frames_to_blocks
+from tests.test_nightly import Killed, _kill_at
 
 LABELS = str(DATA / "rte" / "labels.csv")
 GOLD = str(DATA / "rte" / "truth.csv")
@@ -237,6 +242,133 @@ def test_output_checks_and_commits_through_hadoop_filesystems(spark, tmp_path, m
     assert marker(tmp_path / "out")["kind"] == "result"
     assert [n for n in listing(tmp_path) if not n.startswith(".")] == ["out", "userdir"]
     assert listing(user) == ["notes.txt"]
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _checkpointed(tmp_path, directory, algorithm="ds", **over):
+    chain = ["idbla.burn_in=6", "idbla.n_samples=8"] if algorithm == "idbla" else ["ds.tol=0", "ds.max_iter=12"]
+    overrides = [*chain, f"engine.checkpoint_dir={directory}", "engine.checkpoint_every=5"]
+    return load_config(overrides=overrides, algorithm=algorithm, engine_name="local", seed=1)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_checkpoint_dir_of_the_user_keeps_its_files(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("x")
+    (project / "states-5").mkdir()  # a name the old format used
+    aggregate(_checkpointed(tmp_path, project, "idbla"), LABELS, None)
+    assert listing(project) == ["notes.txt", "states-5"]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_checkpoints_are_data_only_files(tmp_path, monkeypatch):
+    from crowdspark.datatree import load_tree
+
+    cp = tmp_path / "cp"
+    config = _checkpointed(tmp_path, cp, "idbla")
+    with monkeypatch.context() as patch:
+        _kill_at(patch, 12)
+        with pytest.raises(Killed):
+            aggregate(config, LABELS, None)
+    assert listing(cp) == [MARKER, "crowdspark-checkpoint-10", "crowdspark-checkpoint.json"]
+    assert marker(cp)["kind"] == "checkpoint-dir" and marker(cp / "crowdspark-checkpoint-10")["kind"] == "checkpoint"
+    pointer = json.loads((cp / "crowdspark-checkpoint.json").read_text())
+    assert pointer["sweep"] == 10 and pointer["fingerprint"]["algorithm"] == "idbla"
+    for name in ("driver.npz", "states/states.npz"):
+        with np.load(cp / "crowdspark-checkpoint-10" / name, allow_pickle=False) as archive:
+            assert all(archive[key].dtype != object for key in archive.files)
+    driver = load_tree(str(cp / "crowdspark-checkpoint-10" / "driver.npz"))
+    assert set(driver) == {"params", "init_stats", "counts", "history"} and len(driver["history"]) == 10
+    assert aggregate(config, LABELS, None).summary["resumed_from_iteration"] == 10
+    assert not cp.exists()  # created by crowdspark, empty after the fit
+
+
+class _WritesAFileWhenUnpickled:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (str(self.path), "w"))
+
+
+def test_an_old_pickle_checkpoint_is_refused_and_never_unpickled(tmp_path, capsys):
+    cp = tmp_path / "cp"
+    cp.mkdir()
+    sentinel = tmp_path / "ran-code"
+    (cp / "driver.pkl").write_bytes(pickle.dumps(_WritesAFileWhenUnpickled(sentinel)))
+    with pytest.raises(ConfigError, match=r"driver.pkl' is a checkpoint written by an older version of crowdspark, "
+                                          r"as a pickle; this version never loads pickles.*Delete it"):
+        aggregate(_checkpointed(tmp_path, cp), LABELS, None)
+    over = ["--set", f"engine.checkpoint_dir={cp}", "--set", "engine.checkpoint_every=5"]
+    assert run_cli(tmp_path / "out", *over) == 2
+    assert "older version of crowdspark" in capsys.readouterr().err
+    assert not sentinel.exists() and listing(cp) == ["driver.pkl"]
+
+
+def test_a_damaged_checkpoint_pointer_is_refused(tmp_path):
+    cp = tmp_path / "cp"
+    cp.mkdir()
+    (cp / "crowdspark-checkpoint.json").write_text(json.dumps({"kind": "checkpoint", "format": 2, "sweep": "../x"}))
+    with pytest.raises(ConfigError, match=r"is not a readable crowdspark checkpoint \(sweep '../x' is not a sweep"):
+        aggregate(_checkpointed(tmp_path, cp), LABELS, None)
+
+
+def _stateful_states(engine_factory, blocks):
+    """An IDBLA model's per-block states after its initialization, on an engine built by ``engine_factory``."""
+    from functools import partial
+
+    from crowdspark.algorithms import build_model
+    from crowdspark.engine.loop import _init
+
+    model = build_model("idbla", {"burn_in": 2, "n_samples": 2}, 164, 2, 0)
+    engine = engine_factory(blocks)
+    engine.map_reduce(partial(_init, model), None, stateful=True)
+    return engine
+
+
+def _states_by_key(engine) -> dict:
+    if engine.name == "local":
+        return {str(b.item_ids[0]): s for b, s in zip(engine.blocks, engine.states)}
+    from crowdspark.engine.spark import _keyed_state
+
+    return dict(engine._current.map(_keyed_state).collect())
+
+
+@pytest.mark.parametrize("engine_name", ["local", pytest.param("spark", marks=pytest.mark.spark)])
+def test_block_states_round_trip_on_both_engines(request, tmp_path, engine_name):
+    from crowdspark.engine.local import LocalEngine
+
+    blocks, _ = frames_to_blocks(pd.read_csv(LABELS, dtype=str), max_labels=1500)
+    if engine_name == "local":
+        factory = LocalEngine
+    else:
+        from crowdspark.engine.spark import SparkEngine
+
+        spark = request.getfixturevalue("spark")
+
+        def factory(blocks):
+            return SparkEngine(spark.sparkContext.parallelize(blocks, 3), resident_blocks="off")
+
+    saved = _stateful_states(factory, blocks)
+    fresh = factory(blocks)
+    try:
+        saved.save_states(str(tmp_path / "states"))
+        fresh.load_states(str(tmp_path / "states"))
+        before, after = _states_by_key(saved), _states_by_key(fresh)
+    finally:
+        saved.close()
+        fresh.close()
+    assert len(before) == len(blocks) > 1 and before.keys() == after.keys()
+    for key, state in before.items():
+        assert state.keys() == after[key].keys()
+        for name, values in state.items():
+            assert after[key][name].dtype == values.dtype
+            np.testing.assert_array_equal(after[key][name], values)
+    files = [p for p in (tmp_path / "states").rglob("*") if p.is_file() and not p.name.startswith((".", "_"))]
+    assert files and all(p.suffix in (".npz", ".parquet") for p in files)
 
 
 # --------------------------------------------------------------------------- synthetic data sets

@@ -133,7 +133,7 @@ def test_resume_after_a_killed_driver_equals_an_uninterrupted_run(request, tmp_p
         _kill_at(patch, 12)
         with pytest.raises(Killed):
             aggregate(config, TEMP[0], str(tmp_path / "resumed"), gold_path=TEMP[1], spark=spark)
-    assert (tmp_path / "cp" / "driver.pkl").exists() and not (tmp_path / "resumed").exists()
+    assert (tmp_path / "cp" / "crowdspark-checkpoint.json").exists() and not (tmp_path / "resumed").exists()
     summary = aggregate(config, TEMP[0], str(tmp_path / "resumed"), gold_path=TEMP[1], spark=spark).summary
     assert summary["resumed_from_iteration"] == 10
     assert not (tmp_path / "cp").exists()  # cleared after the fit completed
