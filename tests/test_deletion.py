@@ -4,9 +4,14 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
 import shutil
+import socket
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +28,7 @@ from tests.test_nightly import Killed, _kill_at
 
 LABELS = str(DATA / "rte" / "labels.csv")
 GOLD = str(DATA / "rte" / "truth.csv")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_cli(output, *extra, labels=LABELS):
@@ -371,6 +377,64 @@ def test_block_states_round_trip_on_both_engines(request, tmp_path, engine_name)
     assert files and all(p.suffix in (".npz", ".parquet") for p in files)
 
 
+# --------------------------------------------------------------------------- spill folders
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def _fake_spill(root: Path, name: str, **fields) -> Path:
+    folder = root / f"crowdspark-blocks-{name}"
+    folder.mkdir()
+    (folder / "x.block.npz").write_bytes(b"")
+    if fields:
+        (folder / MARKER).write_text(json.dumps({"crowdspark": "marker", "kind": "spill", **fields}))
+    return folder
+
+
+@pytest.mark.spark
+def test_spill_folders_are_private_marked_removed_and_stale_ones_cleaned(spark, tmp_path, monkeypatch):
+    import tempfile
+
+    from crowdspark.engine.resident import read_block
+    from crowdspark.engine.spark import SparkEngine
+
+    assert spark.sparkContext.getConf().get("spark.local.dir") is None  # spill folders go to gettempdir()
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    host = socket.gethostname()
+    dead = _fake_spill(tmp_path, "dead", pid=_dead_pid(), host=host)
+    alive = _fake_spill(tmp_path, "alive", pid=os.getpid(), host=host)
+    elsewhere = _fake_spill(tmp_path, "elsewhere", pid=_dead_pid(), host=host + ".other")
+    unmarked = _fake_spill(tmp_path, "unmarked")
+    blocks, _ = frames_to_blocks(pd.read_csv(LABELS, dtype=str), max_labels=1500)
+    engine = SparkEngine(spark.sparkContext.parallelize(blocks, 2), resident_blocks="on")
+    try:
+        assert engine.materialize() == len(blocks)
+        spill_dir = Path(engine._spill_dir)
+        assert not dead.exists() and alive.exists() and elsewhere.exists() and unmarked.exists()
+        assert spill_dir.parent == tmp_path and stat.S_IMODE(spill_dir.stat().st_mode) == 0o700
+        assert marker(spill_dir)["kind"] == "spill" and marker(spill_dir)["pid"] == os.getpid()
+        spilled = sorted(spill_dir.glob("*.block.npz"))
+        assert len(spilled) == len(blocks)
+        by_first = {str(b.item_ids[0]): b for b in blocks}
+        for path in spilled:
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600
+            with np.load(path, allow_pickle=False) as archive:  # data only
+                assert "item_id_bytes" in archive.files
+            block = read_block(str(path))
+            original = by_first[str(block.item_ids[0])]
+            assert block.item_ids.dtype == object and block.item_ids.tolist() == original.item_ids.tolist()
+            for name in ("item_keys", "offsets", "item_of_label", "worker", "label", "truth"):
+                np.testing.assert_array_equal(getattr(block, name), getattr(original, name))
+            assert block.duplicate_pairs == original.duplicate_pairs
+    finally:
+        engine.close()
+    assert not spill_dir.exists()
+
+
 # --------------------------------------------------------------------------- synthetic data sets
 
 
@@ -390,3 +454,18 @@ def test_generated_data_sets_replace_only_their_own_folders(spark, tmp_path):
         write_parquet(spark, str(tmp_path / "gen"), "ds", 100, 5, 2, 3, seed)
     assert marker(tmp_path / "gen")["kind"] == "synthetic-dataset"
     assert len(pd.read_parquet(tmp_path / "gen")) == 300
+
+
+# --------------------------------------------------------------------------- no pickle from files
+
+
+def test_nothing_in_crowdspark_unpickles_a_file():
+    """``pickle.loads`` of in-memory bytes between Spark processes is fine; reading a pickle from a path is not."""
+    pattern = re.compile(r"pickle\.load\(|pickleFile\(|saveAsPickleFile\(|allow_pickle=True")
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "crowdspark").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert offenders == []

@@ -22,9 +22,7 @@ Nothing item-level is collected: the driver sees statistics and parameters sized
 from __future__ import annotations
 
 import logging
-import os
 import pickle
-import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -35,7 +33,15 @@ from typing import Any
 from crowdspark.block import Block
 from crowdspark.datatree import tree_from_bytes, tree_to_bytes
 from crowdspark.engine.base import BlockFn, Engine, ItemFn
-from crowdspark.engine.resident import BlockHandle, forget, resolve, spill
+from crowdspark.engine.resident import (
+    BlockHandle,
+    forget,
+    make_spill_directory,
+    remove_spill_directory,
+    remove_stale_spill_directories,
+    resolve,
+    spill,
+)
 from crowdspark.engine.session import InjectedTaskFailure, SweepSession
 from crowdspark.errors import ConfigError
 from crowdspark.models.base import State
@@ -227,7 +233,8 @@ class SparkEngine(Engine):
         self._spill_dir = None
         if self.resident:
             root = self.sc.getConf().get("spark.local.dir", tempfile.gettempdir()).split(",")[0]
-            self._spill_dir = os.path.join(root, f"crowdspark-blocks-{self.engine_id}")
+            remove_stale_spill_directories(root)
+            self._spill_dir = make_spill_directory(root, self.engine_id)
             self._base = blocks.map(partial(_spilled, self._spill_dir, self.engine_id)).persist(self._storage)
         else:
             self._base = blocks.map(_with_empty_state).persist(self._storage)
@@ -412,4 +419,4 @@ class SparkEngine(Engine):
         self._pending_broadcasts = []
         if self._spill_dir is not None:
             forget(self.engine_id)  # the driver's own copies (local engine API use); workers evict lazily
-            shutil.rmtree(self._spill_dir, ignore_errors=True)
+            remove_spill_directory(self._spill_dir)
