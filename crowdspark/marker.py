@@ -386,7 +386,8 @@ def describe(files: Files, path: str) -> str:
         if extra:
             return f"a crowdspark {kind} holding entries crowdspark did not write ({', '.join(extra[:5])})"
         return f"a crowdspark {kind} directory"
-    return f"a directory with {len(names)} entries without crowdspark's marker ({shown})"
+    entries = "1 entry" if len(names) == 1 else f"{len(names)} entries"
+    return f"a directory with {entries} without crowdspark's marker ({shown})"
 
 
 def delete_owned(files: Files, directory: str, kinds: tuple[str, ...], fix: str) -> None:

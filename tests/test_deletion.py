@@ -53,7 +53,7 @@ def test_a_folder_of_the_user_at_output_is_refused_and_kept(tmp_path, capsys):
     (user / "notes.txt").write_text("x\n")
     assert run_cli(user) == 2
     err = capsys.readouterr().err
-    assert re.search(r"is a directory with 1 entries without crowdspark's marker \(notes.txt\).*nothing there is "
+    assert re.search(r"is a directory with 1 entry without crowdspark's marker \(notes.txt\).*nothing there is "
                      r"deleted. Choose a new or empty --output", err), err
     assert (user / "notes.txt").read_text() == "x\n"
     assert listing(user) == ["notes.txt"] and listing(tmp_path / "o") == ["userdir"]
@@ -229,7 +229,7 @@ def test_output_checks_and_commits_through_hadoop_filesystems(spark, tmp_path, m
     user = tmp_path / "userdir"
     user.mkdir()
     (user / "notes.txt").write_text("x")
-    with pytest.raises(ConfigError, match=r"--output 'file:.*userdir' is a directory with 1 entries without "
+    with pytest.raises(ConfigError, match=r"--output 'file:.*userdir' is a directory with 1 entry without "
                                           r"crowdspark's marker \(notes.txt\)"):
         check_output(user.as_uri(), spark=spark)
     with pytest.raises(ConfigError, match=r"is inside the labels path"):
@@ -445,7 +445,7 @@ def test_generated_data_sets_replace_only_their_own_folders(spark, tmp_path):
     user = tmp_path / "user"
     user.mkdir()
     (user / "notes.txt").write_text("x")
-    with pytest.raises(ConfigError, match=r"--output '.*user' is a directory with 1 entries without crowdspark's"):
+    with pytest.raises(ConfigError, match=r"--output '.*user' is a directory with 1 entry without crowdspark's"):
         write_parquet(spark, str(user), "ds", 100, 5, 2, 3, 0)
     with pytest.raises(ConfigError, match=r"--truth-output '.*user' is a directory"):
         write_parquet(spark, str(tmp_path / "gen"), "ds", 100, 5, 2, 3, 0, truth_path=str(user))
