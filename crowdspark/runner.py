@@ -32,8 +32,10 @@ from crowdspark.metrics import gold_stats, level_error_stats, metrics_from_stats
 from crowdspark.models.base import Model, State
 from crowdspark.output import (
     StagedOutput,
+    check_output,
     item_batch,
     item_frame,
+    make_run_root,
     run_directory,
     worker_frame,
     write_frame_local,
@@ -253,7 +255,10 @@ def aggregate(
     labels_path : str
         File, folder or glob of labels.
     output_dir : str or None
-        Destination directory (replaced atomically); ``None`` writes nothing (tests, API).
+        Destination directory (replaced atomically); ``None`` writes nothing (tests, API).  Refused before
+        anything is read (:func:`crowdspark.output.check_output`) when it is a file, a directory that is
+        neither empty nor a crowdspark result (with ``run_id``: a crowdspark run root), or when it is,
+        is inside or contains the labels, the gold or ``engine.checkpoint_dir``.
     gold_path : str, optional
         Gold labels for evaluation.
     spark : SparkSession, optional
@@ -264,6 +269,9 @@ def aggregate(
         Write into ``output_dir/run_id=<run_id>/`` and, once complete, point ``output_dir/_LATEST.json``
         at it; older runs stay where they are.
     """
+    if output_dir is not None:
+        inputs = {"labels": labels_path, "gold": gold_path, "engine.checkpoint_dir": config.engine.checkpoint_dir}
+        check_output(output_dir, run_id=run_id, inputs=inputs, spark=spark)
     small = small_local_input(config, labels_path, gold_path, output_dir, warm_start)
     if config.engine.name == "spark" and spark is None and small is None:
         raise ValueError("the spark engine needs a SparkSession")
@@ -273,6 +281,7 @@ def aggregate(
     destination = output_dir
     if output_dir is not None and run_id is not None:
         destination = run_directory(output_dir, run_id)
+        make_run_root(output_dir, spark)
     if small is not None:
         log.info(
             "input is %d bytes of local files (< engine.small_input_bytes = %d): reading it with pandas and "

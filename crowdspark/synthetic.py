@@ -41,6 +41,8 @@ import pandas as pd
 import pyarrow as pa
 
 from crowdspark.errors import ConfigError
+from crowdspark.marker import DATASET, HadoopFiles, write_marker
+from crowdspark.output import check_replaceable
 from crowdspark.validation import check_float, check_int
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -716,7 +718,11 @@ def write_parquet(
     chunk_items: int = CHUNK_ITEMS,
     **options: Any,
 ) -> dict[str, Any]:
-    """Generate a dataset on the executors and write it as Parquet (overwriting).
+    """Generate a dataset on the executors and write it as Parquet.
+
+    ``path`` and ``truth_path`` must be new or empty directories, or data sets written by this function
+    (they carry crowdspark's marker, kind ``synthetic-dataset``), which are replaced; anything else is
+    refused before anything is written (:mod:`crowdspark.marker`).
 
     Chunks of ``chunk_items`` items are generated in parallel, each from its own random stream keyed by
     (seed, chunk index), so the rows do not depend on ``n_partitions``; they equal the rows of the pandas
@@ -759,6 +765,9 @@ def write_parquet(
     truth_path = truth_path or default_truth_path(path)
     chunks = spark.range(0, spec.n_chunks, 1, n_partitions)
     outputs = [("labels", path, LABEL_SCHEMA), ("truth", truth_path, _truth_schema(spec.with_level))]
+    files = HadoopFiles(spark)  # the filesystem Spark writes to, also for paths without a scheme
+    for (_, out, _), flag in zip(outputs, ("--output", "--truth-output")):
+        check_replaceable(files, out.rstrip("/"), DATASET, flag)
     broadcast = spark.sparkContext.broadcast(spec)
     try:
         for what, out, schema in outputs:
@@ -766,6 +775,7 @@ def write_parquet(
                         n_partitions, out)  # fmt: skip
             frame = chunks.mapInArrow(_arrow_chunks(broadcast, what), _spark_schema(schema))
             frame.write.mode("overwrite").parquet(out)
+            write_marker(files, out.rstrip("/"), DATASET)
     finally:
         broadcast.destroy()
     return {

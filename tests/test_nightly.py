@@ -32,7 +32,9 @@ def test_run_ids_keep_old_runs_and_move_latest_last(tmp_path):
         aggregate(config, RTE[0], str(tmp_path / "out"), run_id=day)
     latest = json.loads((tmp_path / "out" / "_LATEST.json").read_text())
     assert latest["run_id"] == "2026-11-25" and latest["path"].endswith("run_id=2026-11-25")
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["_LATEST.json", "run_id=2026-11-24", "run_id=2026-11-25"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "_CROWDSPARK.json", "_LATEST.json", "run_id=2026-11-24", "run_id=2026-11-25"
+    ]
     with pytest.raises(ConfigError, match=r"--run-id must be a plain name"):
         aggregate(config, RTE[0], str(tmp_path / "out"), run_id="../x")
 
@@ -44,7 +46,7 @@ def test_failed_run_does_not_move_latest(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         aggregate(config, RTE[0], str(tmp_path / "out"), run_id="day2")
     assert json.loads((tmp_path / "out" / "_LATEST.json").read_text())["run_id"] == "day1"
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["_LATEST.json", "run_id=day1"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["_CROWDSPARK.json", "_LATEST.json", "run_id=day1"]
 
 
 def _split_days(tmp_path):
@@ -131,7 +133,7 @@ def test_resume_after_a_killed_driver_equals_an_uninterrupted_run(request, tmp_p
         _kill_at(patch, 12)
         with pytest.raises(Killed):
             aggregate(config, TEMP[0], str(tmp_path / "resumed"), gold_path=TEMP[1], spark=spark)
-    assert (tmp_path / "cp" / "driver.pkl").exists() and not (tmp_path / "resumed").exists()
+    assert (tmp_path / "cp" / "crowdspark-checkpoint.json").exists() and not (tmp_path / "resumed").exists()
     summary = aggregate(config, TEMP[0], str(tmp_path / "resumed"), gold_path=TEMP[1], spark=spark).summary
     assert summary["resumed_from_iteration"] == 10
     assert not (tmp_path / "cp").exists()  # cleared after the fit completed

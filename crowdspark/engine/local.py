@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from crowdspark.block import Block
+from crowdspark.datatree import load_tree, save_tree
 from crowdspark.engine.base import BlockFn, Engine, ItemFn
+from crowdspark.errors import ConfigError
 from crowdspark.models.base import ItemResult, State
 from crowdspark.stats import Stats, add_stats
 
@@ -36,23 +39,29 @@ class LocalEngine(Engine):
         return total
 
     def save_states(self, path: str) -> None:
-        """Write every block's state (keyed by the block's first item id) to ``path/states.pkl``."""
-        import os
-        import pickle
-
+        """Write every block's state, keyed by the block's first item id, to ``path/states.npz``
+        (:mod:`crowdspark.datatree`: arrays and JSON, no pickle)."""
         os.makedirs(path, exist_ok=True)
         keyed = {str(b.item_ids[0]): s for b, s in zip(self.blocks, self.states) if b.n_items}
-        with open(os.path.join(path, "states.pkl"), "wb") as handle:
-            pickle.dump(keyed, handle, protocol=5)
+        save_tree(os.path.join(path, "states.npz"), keyed)
 
     def load_states(self, path: str) -> None:
-        """Restore the states written by :meth:`save_states` (the blocks must be the same)."""
-        import os
-        import pickle
+        """Restore the states written by :meth:`save_states` (the blocks must be the same).
 
-        with open(os.path.join(path, "states.pkl"), "rb") as handle:
-            keyed = pickle.load(handle)
-        self.states = [keyed[str(b.item_ids[0])] for b in self.blocks]
+        Raises
+        ------
+        ConfigError
+            If the file cannot be read or holds no state for one of the blocks.
+        """
+        source = os.path.join(path, "states.npz")
+        try:
+            keyed = load_tree(source)
+            self.states = [keyed[str(b.item_ids[0])] for b in self.blocks]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(
+                f"the checkpoint's block states in {source!r} cannot be used ({type(exc).__name__}: {exc}); "
+                "delete the checkpoint to start over"
+            ) from exc
 
     def map_items(self, fn: ItemFn, value: Any) -> list[tuple[Block, ItemResult]]:
         """Per-item results of every block, in block order."""

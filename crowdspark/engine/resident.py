@@ -12,21 +12,52 @@ A lost handle partition is recomputed from the lineage, which spills the block a
 the local disk of the machine that built them: this is safe when every task can read that disk, i.e. on
 a local master (``local[*]``), which is where the engine turns it on by default
 (``engine.resident_blocks = "auto"``).  On a cluster the blocks travel from Spark's cache as usual.
+
+Spill folders (``crowdspark-blocks-<engine id>-<random>``) are created by the driver with mode 0700 and
+carry crowdspark's marker (kind ``spill``, with the driver's process id and host name): the engine deletes
+its folder when it closes, and a new engine deletes the folders whose owner process is gone from this host
+(:func:`remove_stale_spill_directories`).  A spill file is a data-only ``.npz`` archive of the block's
+arrays (:func:`write_block`), read with ``allow_pickle=False``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-import pickle
+import socket
+import tempfile
 import uuid
 from dataclasses import dataclass
 
-from crowdspark.block import Block
+import numpy as np
 
-__all__ = ["BlockHandle", "spill", "resolve", "forget"]
+from crowdspark.block import Block
+from crowdspark.errors import ConfigError
+from crowdspark.marker import SPILL, LocalFiles, delete_owned, read_marker, write_marker
+
+__all__ = [
+    "BlockHandle",
+    "spill",
+    "resolve",
+    "forget",
+    "write_block",
+    "read_block",
+    "make_spill_directory",
+    "remove_spill_directory",
+    "remove_stale_spill_directories",
+    "SPILL_PREFIX",
+]
+
+log = logging.getLogger(__name__)
+
+#: name prefix of spill folders
+SPILL_PREFIX = "crowdspark-blocks-"
 
 #: this Python process's resident blocks, by handle key
 _RESIDENT: dict[str, Block] = {}
+
+#: the Block's integer arrays, stored as they are
+_ARRAYS = ("item_keys", "offsets", "item_of_label", "worker", "label", "truth")
 
 
 @dataclass(frozen=True)
@@ -38,7 +69,7 @@ class BlockHandle:
     key : str
         Unique id of the block (``<engine id>/<uuid>``).
     path : str
-        The spill file (a pickled :class:`~crowdspark.block.Block`).
+        The spill file (:func:`write_block`).
     """
 
     key: str
@@ -49,14 +80,46 @@ class BlockHandle:
         return self.key.split("/", 1)[0]
 
 
+def write_block(path: str, block: Block) -> None:
+    """Write ``block`` to ``path`` (created with mode 0600) as an ``.npz`` archive of its arrays.
+
+    ``item_ids`` (strings) are stored as Arrow's string layout: the UTF-8 bytes of all ids
+    (``item_id_bytes``, uint8) and their offsets (``item_id_offsets``, int64, shape (n + 1,)), so that no
+    entry needs pickle.
+    """
+    import pyarrow as pa
+
+    ids = pa.array(np.asarray(block.item_ids, dtype=object), type=pa.large_string())
+    _, offsets, data = ids.buffers()
+    arrays = {name: getattr(block, name) for name in _ARRAYS}
+    arrays["item_id_offsets"] = np.frombuffer(offsets, dtype=np.int64)[ids.offset : ids.offset + len(ids) + 1]
+    arrays["item_id_bytes"] = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    arrays["duplicate_pairs"] = np.asarray(block.duplicate_pairs, dtype=np.int64)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        np.savez(handle, **arrays)
+
+
+def read_block(path: str) -> Block:
+    """The block written by :func:`write_block` (``item_ids`` back as an object array of str)."""
+    import pyarrow as pa
+
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    offsets = arrays.pop("item_id_offsets")
+    data = arrays.pop("item_id_bytes")
+    ids = pa.LargeStringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets), pa.py_buffer(data))
+    item_ids = ids.to_numpy(zero_copy_only=False)
+    return Block(item_ids=item_ids, duplicate_pairs=int(arrays.pop("duplicate_pairs")), **arrays)
+
+
 def spill(directory: str, engine_id: str, block: Block) -> BlockHandle:
     """Write ``block`` to a new file under ``directory`` and return its handle."""
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(directory, mode=0o700, exist_ok=True)  # made by the driver, unless on another machine
     name = uuid.uuid4().hex
-    path = os.path.join(directory, f"{name}.block")
+    path = os.path.join(directory, f"{name}.block.npz")
     tmp = path + ".tmp"
-    with open(tmp, "wb") as handle:
-        pickle.dump(block, handle, protocol=5)
+    write_block(tmp, block)
     os.replace(tmp, path)
     return BlockHandle(key=f"{engine_id}/{name}", path=path)
 
@@ -70,8 +133,7 @@ def resolve(element: Block | BlockHandle) -> Block:
         # blocks of other (finished) engines are dropped when a new engine's block arrives
         for key in [k for k in _RESIDENT if not k.startswith(element.engine_id + "/")]:
             del _RESIDENT[key]
-        with open(element.path, "rb") as handle:
-            block = pickle.load(handle)
+        block = read_block(element.path)
         _RESIDENT[element.key] = block
     return block
 
@@ -80,3 +142,67 @@ def forget(engine_id: str) -> None:
     """Drop this process's resident blocks of ``engine_id``."""
     for key in [k for k in _RESIDENT if k.startswith(engine_id + "/")]:
         del _RESIDENT[key]
+
+
+def make_spill_directory(root: str, engine_id: str) -> str:
+    """Create the spill folder of engine ``engine_id`` under ``root`` (mode 0700, with its marker)."""
+    os.makedirs(root, exist_ok=True)
+    directory = tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{engine_id}-", dir=root)
+    write_marker(LocalFiles(), directory, SPILL, pid=os.getpid(), host=socket.gethostname(), engine=engine_id)
+    return directory
+
+
+def remove_spill_directory(directory: str) -> None:
+    """Delete a spill folder (marker checked; a folder that is not one is kept, with a warning)."""
+    if not os.path.lexists(directory):
+        return
+    try:
+        delete_owned(LocalFiles(), directory, (SPILL,), "Remove it by hand if it is not needed.")
+    except (ConfigError, OSError) as exc:
+        log.warning("spill folder kept: %s", exc)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_stale_spill_directories(root: str) -> list[str]:
+    """Delete the spill folders under ``root`` whose owner process is gone from this host.
+
+    Only folders with a spill marker naming this host and a process id that no longer runs are deleted;
+    other users' folders (unreadable, mode 0700), folders of running processes or other hosts, and
+    folders without a marker are kept.
+
+    Returns
+    -------
+    list of str
+        The folders deleted.
+    """
+    if not os.path.isdir(root):
+        return []
+    host = socket.gethostname()
+    removed = []
+    for name in sorted(os.listdir(root)):
+        directory = os.path.join(root, name)
+        if not name.startswith(SPILL_PREFIX) or not os.path.isdir(directory) or os.path.islink(directory):
+            continue
+        marker = read_marker(LocalFiles(), directory)
+        if marker is None or marker.get("kind") != SPILL or marker.get("host") != host:
+            continue
+        pid = marker.get("pid")
+        if not isinstance(pid, int) or _process_alive(pid):
+            continue
+        try:
+            delete_owned(LocalFiles(), directory, (SPILL,), "")
+        except (ConfigError, OSError) as exc:
+            log.warning("could not delete the stale spill folder %s: %s", directory, exc)
+            continue
+        removed.append(directory)
+        log.info("deleted the spill folder %s of process %d, which is gone", directory, pid)
+    return removed

@@ -22,19 +22,28 @@ Nothing item-level is collected: the driver sees statistics and parameters sized
 from __future__ import annotations
 
 import logging
-import os
 import pickle
-import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from crowdspark.block import Block
+from crowdspark.datatree import tree_from_bytes, tree_to_bytes
 from crowdspark.engine.base import BlockFn, Engine, ItemFn
-from crowdspark.engine.resident import BlockHandle, forget, resolve, spill
+from crowdspark.engine.resident import (
+    BlockHandle,
+    forget,
+    make_spill_directory,
+    remove_spill_directory,
+    remove_stale_spill_directories,
+    resolve,
+    spill,
+)
 from crowdspark.engine.session import InjectedTaskFailure, SweepSession
+from crowdspark.errors import ConfigError
 from crowdspark.models.base import State
 from crowdspark.stats import Stats, add_stats
 
@@ -88,6 +97,26 @@ def _stateful_partition(fn: BlockFn, broadcast, elements: Iterator) -> Iterator[
 def _keyed_state(element: tuple[int, Any]) -> tuple[str, State]:
     block, state = element[1]
     return (str(resolve(block).item_ids[0]), state)
+
+
+#: the Spark engine's saved block states
+_STATE_SCHEMA = "block string, state binary"
+
+
+def _state_row(element: tuple[int, Any]) -> tuple[str, bytearray | None]:
+    """A block's first item id and its state as ``.npz`` bytes (``None`` for no state)."""
+    key, state = _keyed_state(element)
+    return (key, None if state is None else bytearray(tree_to_bytes(state)))
+
+
+def _state_pair(row) -> tuple[str, State]:
+    return (row[0], None if row[1] is None else tree_from_bytes(bytes(row[1])))
+
+
+def _file_uri(path: str) -> str:
+    """A path of the driver's filesystem as a ``file:`` URI (a bare path would be on Spark's default
+    filesystem, HDFS on a cluster)."""
+    return path if path.startswith("file:") else Path(path).absolute().as_uri()
 
 
 def _keyed_block(element: tuple[int, Any]) -> tuple[str, Block]:
@@ -204,7 +233,8 @@ class SparkEngine(Engine):
         self._spill_dir = None
         if self.resident:
             root = self.sc.getConf().get("spark.local.dir", tempfile.gettempdir()).split(",")[0]
-            self._spill_dir = os.path.join(root, f"crowdspark-blocks-{self.engine_id}")
+            remove_stale_spill_directories(root)
+            self._spill_dir = make_spill_directory(root, self.engine_id)
             self._base = blocks.map(partial(_spilled, self._spill_dir, self.engine_id)).persist(self._storage)
         else:
             self._base = blocks.map(_with_empty_state).persist(self._storage)
@@ -335,17 +365,34 @@ class SparkEngine(Engine):
         log.debug("lineage truncated; older cached sweeps and broadcasts released")
 
     def save_states(self, path: str) -> None:
-        """Write ``(first item id, state)`` of every block with ``saveAsPickleFile``."""
+        """Write ``(first item id, state)`` of every block as a Parquet table ``block string, state
+        binary`` (each state an ``.npz`` archive of :mod:`crowdspark.datatree`; no pickle).
+
+        ``path`` is a path of the driver's filesystem (a shared mount on a cluster), not of Spark's
+        default filesystem.
+        """
+        from pyspark.sql import SparkSession
+
         self._close_session()
-        self._current.map(_keyed_state).saveAsPickleFile(path)
+        spark = SparkSession.builder.getOrCreate()
+        spark.createDataFrame(self._current.map(_state_row), _STATE_SCHEMA).write.parquet(_file_uri(path))
 
     def load_states(self, path: str) -> None:
         """Join saved states onto the cached blocks by each block's first item id (one shuffle)."""
+        from pyspark.sql import SparkSession
+
         self._close_session()
-        states = self.sc.pickleFile(path)
+        spark = SparkSession.builder.getOrCreate()
+        states = spark.read.schema(_STATE_SCHEMA).parquet(_file_uri(path)).rdd.map(_state_pair)
         restored = self._base.map(_keyed_block).join(states).map(_joined).persist(self._storage)
         restored.localCheckpoint()
-        restored.count()
+        n_restored, n_blocks = restored.count(), self.materialize()
+        if n_restored != n_blocks:
+            restored.unpersist(blocking=False)
+            raise ConfigError(
+                f"the checkpoint's block states in {path!r} do not match the blocks ({n_restored} of {n_blocks} "
+                "found); delete the checkpoint to start over"
+            )
         self._adopt(restored)
 
     def item_blobs(self, fn: ItemFn, value: Any):
@@ -372,4 +419,4 @@ class SparkEngine(Engine):
         self._pending_broadcasts = []
         if self._spill_dir is not None:
             forget(self.engine_id)  # the driver's own copies (local engine API use); workers evict lazily
-            shutil.rmtree(self._spill_dir, ignore_errors=True)
+            remove_spill_directory(self._spill_dir)

@@ -17,6 +17,8 @@ from typing import Any
 
 from crowdspark import __version__
 from crowdspark.errors import EXIT_BAD_INPUT, EXIT_OK, ConfigError, CrowdsparkError
+from crowdspark.marker import REPORT
+from crowdspark.output import check_output
 from jobs.reproduce.datasets import DEFAULT_DATASETS
 from jobs.reproduce.report import update_doc, write_report
 from jobs.reproduce.runs import ReproduceConfig, Results, load_results, run_experiments
@@ -90,6 +92,7 @@ def checkout_commit() -> str | None:
 
 def run_and_write(config: ReproduceConfig, output: str | Path, spark: Any = None, command: str = "") -> Results:
     """Run the experiments and write the report directory."""
+    check_output(str(output), kind=REPORT)  # before hours of fitting
     commit = checkout_commit()  # before the run: the code that is measured
     results = run_experiments(config, spark)
     results.meta = {"crowdspark": __version__, "commit": commit, "command": command}

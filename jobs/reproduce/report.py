@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from crowdspark.errors import ConfigError
+from crowdspark.marker import REPORT
 from crowdspark.output import StagedOutput
 from jobs.reproduce.aggregates import aggregate_records
 from jobs.reproduce.claims import check_claims
@@ -57,7 +58,7 @@ def write_report(results: Results, output_dir: str | Path, command: str = "") ->
     Path
         The report directory.
     """
-    with StagedOutput(str(output_dir)) as staged:
+    with StagedOutput(str(output_dir), kind=REPORT) as staged:
         out = Path(staged.staging)
         figures = write_figures(results, out)
         (out / "report.md").write_text(render_report(results, figures, command), encoding="utf-8")
