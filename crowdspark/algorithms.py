@@ -23,7 +23,7 @@ from crowdspark.models.majority_vote import MajorityVote
 from crowdspark.validation import check_choice, check_int, did_you_mean
 
 __all__ = ["ALGORITHMS", "PRESETS", "RUN_KEYS", "register", "algorithm_names", "hyperparameters", "model_class",
-           "check_params", "build_model"]
+           "check_params", "build_model", "model_parameters"]
 
 _DATA_FIELDS = ("n_workers", "n_classes", "seed")
 
@@ -78,6 +78,12 @@ def hyperparameters(name: str) -> dict[str, Any]:
             continue
         out[f.name] = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
     return out
+
+
+def model_parameters(model: Model) -> dict[str, Any]:
+    """Every hyperparameter of a built model, with its ``seed`` (what ``summary.json`` and a saved model
+    record)."""
+    return {f.name: getattr(model, f.name) for f in fields(model) if f.name not in ("n_workers", "n_classes")}
 
 
 def _check_run_keys(name: str, params: dict[str, Any], known: dict[str, Any]) -> None:

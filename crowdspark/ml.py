@@ -47,16 +47,13 @@ Save format (``model.write().save(path)``, ``CrowdAggregatorModel.load(path)``)
 ------------------------------------------------------------------------------
 ``path/metadata/``
     pyspark.ml's metadata (one JSON line: ``class``, ``uid``, ``paramMap``, ``defaultParamMap``,
-    ``sparkVersion``) plus ``crowdspark``: ``format`` (:data:`FORMAT_VERSION`), ``algorithm``,
-    ``hyperparameters`` (every field of the numpy model, including ``seed``), ``classes``,
-    ``n_workers``, ``summary`` and ``has_items``.
-``path/params/``
-    Parquet, one row per array: ``section`` (``params`` = the global parameters, ``init_stats`` = the
-    summed initialization statistics), ``name``, ``kind`` (``array``, ``numpy`` or ``python`` scalar),
-    ``dtype``, ``shape``, ``data`` (the C-order bytes).  Reloaded arrays are bit-identical.  Each array is
-    one Parquet value, so an array must stay below about 1 GB (e.g. K x H x C x C doubles).
-``path/encoding/``
-    Parquet ``index`` (long), ``worker`` (string): the worker of each worker index of the arrays.
+    ``sparkVersion``) plus ``crowdspark``: ``format`` (:data:`crowdspark.persist.FORMAT`), ``summary`` and
+    ``has_items``.
+``path/model/``
+    The saved model in crowdspark's one format (:mod:`crowdspark.persist`): what the command line writes to
+    a run's ``model/``, so ``--warm-start path`` starts from it, and ``CrowdAggregatorModel.load`` also
+    loads a command-line run's output (its Params then come from the saved model).  Models saved in format 1
+    (a Parquet table of arrays) still load.
 ``path/workers/``, ``path/items/``
     Parquet: the worker table and the fitted item table (no ``items/`` after :meth:`~CrowdAggregatorModel.close`).
 
@@ -68,7 +65,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import fields, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -90,19 +87,20 @@ from pyspark.ml.util import (
     MLWriter,
 )
 
-from crowdspark.algorithms import algorithm_names, build_model
+from crowdspark.algorithms import algorithm_names, build_model, model_parameters
 from crowdspark.block import DEFAULT_MAX_BLOCK_LABELS, build_blocks
 from crowdspark.config import EngineConfig, GoldConfig, InputConfig, RunConfig
 from crowdspark.data import Encoding, encode_rows
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.models.base import Model as Kernel
-from crowdspark.output import item_frame, to_jsonable
+from crowdspark.marker import files_for
+from crowdspark.output import item_frame, to_jsonable, worker_frame
+from crowdspark.persist import FORMAT, MODEL_FOLDER, SavedModel, load_saved_model, model_files
 from crowdspark.runner import item_schema, Timer, fit_spark_frames
 from crowdspark.spark_data import SparkLabels, prepare_labels_spark
 from crowdspark.validation import check_choice, check_int
 
 __all__ = [
-    "FORMAT_VERSION",
     "CrowdAggregator",
     "CrowdAggregatorModel",
     "MajorityVoteAggregator",
@@ -116,8 +114,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: version of the save format described in the module docstring
-FORMAT_VERSION = 1
 UNKNOWN_WORKER_CHOICES = ("error", "skip")
 _SOURCE = "<DataFrame>"
 
@@ -455,7 +451,7 @@ def _fit_model(
              summary["counts"]["workers"], summary["iterations"])
     model = CrowdAggregatorModel(
         kernel=run.model,
-        globalParams=run.result.params,
+        globalParams=run.model.export_params(run.result.params),
         initStats=run.result.init_stats,
         encoding=run.encoding,
         summary=summary,
@@ -675,25 +671,12 @@ def score_labels(model: CrowdAggregatorModel, labels_df: DataFrame) -> DataFrame
 
 # --------------------------------------------------------------------------- save and load
 
-_ARRAY_SCHEMA = "section string, name string, kind string, dtype string, shape array<bigint>, data binary"
-
-
-def _array_row(section: str, name: str, value: Any) -> tuple:
-    if isinstance(value, np.ndarray):
-        kind = "array"
-    elif isinstance(value, np.generic):
-        kind = "numpy"
-    elif isinstance(value, (bool, int, float)):
-        kind = "python"
-    else:
-        raise TypeError(f"cannot save {section}.{name} of type {type(value).__name__}: not an array or scalar")
-    array = np.ascontiguousarray(np.asarray(value))
-    if array.dtype == object:
-        raise TypeError(f"cannot save {section}.{name}: object arrays are not supported")
-    return (section, name, kind, array.dtype.str, list(array.shape), bytearray(array.tobytes()))
+#: the Parquet table of arrays of format 1 (read only)
+_LEGACY_FORMAT = 1
 
 
 def _array_from_row(row: Row) -> Any:
+    """One array of the format-1 ``params/`` table."""
     array = np.frombuffer(bytes(row["data"]), dtype=np.dtype(row["dtype"])).reshape(row["shape"]).copy()
     if row["kind"] == "python":
         return array.item()
@@ -702,8 +685,9 @@ def _array_from_row(row: Row) -> Any:
     return array
 
 
-def _hyperparameters(kernel: Kernel) -> dict[str, Any]:
-    return {f.name: getattr(kernel, f.name) for f in fields(kernel) if f.name not in ("n_workers", "n_classes")}
+def _saved(model: CrowdAggregatorModel) -> SavedModel:
+    return SavedModel(model.getAlgorithm(), model_parameters(model.kernel), model.encoding.classes,
+                      model.encoding.workers, model.globalParams, init_stats=model.initStats)
 
 
 class _ModelWriter(MLWriter):
@@ -716,28 +700,18 @@ class _ModelWriter(MLWriter):
     def saveImpl(self, path: str) -> None:
         spark, model = self.sparkSession, self.instance
         base = path.rstrip("/")
-        extra = {
-            "format": FORMAT_VERSION,
-            "algorithm": model.getAlgorithm(),
-            "hyperparameters": _hyperparameters(model.kernel),
-            "classes": list(model.encoding.classes),
-            "n_workers": model.encoding.n_workers,
-            "summary": to_jsonable(model.summary),
-            "has_items": model._items is not None,
-        }
+        extra = {"format": FORMAT, "summary": to_jsonable(model.summary), "has_items": model._items is not None}
         DefaultParamsWriter.saveMetadata(model, base, spark, extraMetadata={"crowdspark": extra})
-        rows = [_array_row("params", k, v) for k, v in model.globalParams.items()]
-        rows += [_array_row("init_stats", k, v) for k, v in model.initStats.items()]
-        spark.createDataFrame(rows, _ARRAY_SCHEMA).coalesce(1).write.parquet(f"{base}/params")
-        encoding = [(i, w) for i, w in enumerate(model.encoding.workers)]
-        spark.createDataFrame(encoding, "index bigint, worker string").coalesce(1).write.parquet(f"{base}/encoding")
+        files = files_for(base, spark, "the model path")
+        for name, data in model_files(_saved(model)).items():
+            files.write_bytes(f"{base}/{MODEL_FOLDER}/{name}", data)
         model.workers.coalesce(1).write.parquet(f"{base}/workers")
         if model._items is not None:
             model.items.write.parquet(f"{base}/items")
 
 
 class _ModelReader(MLReader):
-    """Reads what :class:`_ModelWriter` wrote."""
+    """Reads what :class:`_ModelWriter` wrote, a model saved in format 1, or a command-line run's output."""
 
     def __init__(self, cls: type) -> None:
         super().__init__()
@@ -746,33 +720,64 @@ class _ModelReader(MLReader):
     def load(self, path: str) -> CrowdAggregatorModel:
         spark = self.sparkSession
         base = path.rstrip("/")
-        metadata = DefaultParamsReader.loadMetadata(base, spark)
-        extra = metadata.get("crowdspark", {})
-        if extra.get("format") != FORMAT_VERSION:
-            raise InputError(
-                f"model at {path!r} must be a crowdspark model of format {FORMAT_VERSION}, "
-                f"but got format {extra.get('format')!r}"
-            )
-        arrays: dict[str, dict[str, Any]] = {"params": {}, "init_stats": {}}
-        for row in spark.read.parquet(f"{base}/params").collect():
-            arrays[row["section"]][row["name"]] = _array_from_row(row)
-        workers = [r["worker"] for r in spark.read.parquet(f"{base}/encoding").orderBy("index").collect()]
-        encoding = Encoding(workers=tuple(workers), classes=tuple(extra["classes"]))
-        hyper = dict(extra["hyperparameters"])
-        seed = hyper.pop("seed")
-        kernel = build_model(extra["algorithm"], hyper, encoding.n_workers, encoding.n_classes, seed)
+        files = files_for(base, spark, "the model path")
+        metadata = DefaultParamsReader.loadMetadata(base, spark) if files.exists(f"{base}/metadata") else None
+        extra = (metadata or {}).get("crowdspark", {})
+        if metadata is not None and extra.get("format") == _LEGACY_FORMAT:
+            saved, summary = _legacy_model(spark, base, extra), extra["summary"]
+        else:
+            saved = load_saved_model(base, spark, what="CrowdAggregatorModel.load")
+            summary = extra.get("summary") if metadata is not None else _run_summary(files, base)
+        kernel = _kernel(saved)
+        has_items = extra.get("has_items", True) and _is_parquet(files, f"{base}/items")
+        workers = (spark.read.parquet(f"{base}/workers") if _is_parquet(files, f"{base}/workers")
+                   else spark.createDataFrame(worker_frame(saved.workers, kernel.worker_table(saved.params,
+                                                                                             saved.init_stats or {}))))
         model = self.cls(
             kernel=kernel,
-            globalParams=arrays["params"],
-            initStats=arrays["init_stats"],
-            encoding=encoding,
-            summary=extra["summary"],
-            items=spark.read.parquet(f"{base}/items") if extra.get("has_items", True) else None,
-            workers=spark.read.parquet(f"{base}/workers"),
+            globalParams=saved.params,
+            initStats=saved.init_stats or {},
+            encoding=Encoding(workers=saved.workers, classes=saved.classes),
+            summary=summary,
+            items=spark.read.parquet(f"{base}/items") if has_items else None,
+            workers=workers,
         )
-        model._resetUid(metadata["uid"])
-        DefaultParamsReader.getAndSetParams(model, metadata)
+        if metadata is not None:
+            model._resetUid(metadata["uid"])
+            DefaultParamsReader.getAndSetParams(model, metadata)
+        else:
+            parameters = {k: v for k, v in saved.parameters.items() if k != "seed"}
+            model._set(algorithm=saved.algorithm, seed=saved.parameters["seed"], algorithmParams=parameters,
+                       classes=list(saved.classes))
         return model
+
+
+def _kernel(saved: SavedModel) -> Kernel:
+    hyper = dict(saved.parameters)
+    seed = hyper.pop("seed")
+    return build_model(saved.algorithm, hyper, len(saved.workers), len(saved.classes), seed)
+
+
+def _is_parquet(files: Any, folder: str) -> bool:
+    """Whether ``folder`` is a Parquet table (a command-line run may have written CSV)."""
+    return files.is_dir(folder) and any(name.endswith(".parquet") for name in files.list(folder))
+
+
+def _run_summary(files: Any, base: str) -> dict[str, Any]:
+    """``summary.json`` of a command-line run's output."""
+    if not files.exists(f"{base}/summary.json"):
+        return {}
+    return json.loads(files.read_bytes(f"{base}/summary.json").decode("utf-8"))
+
+
+def _legacy_model(spark: Any, base: str, extra: dict[str, Any]) -> SavedModel:
+    """A model saved in format 1 (arrays in a Parquet table, the encoding in another)."""
+    arrays: dict[str, dict[str, Any]] = {"params": {}, "init_stats": {}}
+    for row in spark.read.parquet(f"{base}/params").collect():
+        arrays[row["section"]][row["name"]] = _array_from_row(row)
+    workers = [r["worker"] for r in spark.read.parquet(f"{base}/encoding").orderBy("index").collect()]
+    return SavedModel(extra["algorithm"], dict(extra["hyperparameters"]), tuple(extra["classes"]), tuple(workers),
+                      arrays["params"], base, arrays["init_stats"])
 
 
 # --------------------------------------------------------------------------- plain functions

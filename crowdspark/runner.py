@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from crowdspark import __version__
-from crowdspark.algorithms import build_model, hyperparameters, model_class
+from crowdspark.algorithms import build_model, hyperparameters, model_class, model_parameters
 from crowdspark.block import Block, build_blocks
 from crowdspark.config import RunConfig
 from crowdspark.errors import ConfigError, InputError
@@ -41,7 +41,7 @@ from crowdspark.output import (
     write_frame_local,
     write_latest,
 )
-from crowdspark.persist import SavedModel, load_saved_model, model_document, params_to_bytes, worker_index_map
+from crowdspark.persist import MODEL_FOLDER, SavedModel, load_saved_model, model_files, worker_index_map
 from crowdspark.stats import Stats
 
 __all__ = ["RunResult", "SparkFit", "aggregate", "aggregate_frames", "fit_spark_frames", "evaluate", "local_blocks"]
@@ -193,10 +193,6 @@ def _peak_rss_mib() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
-def _model_parameters(model: Model) -> dict[str, Any]:
-    return {f.name: getattr(model, f.name) for f in fields(model) if f.name not in ("n_workers", "n_classes")}
-
-
 def _summary(
     config: RunConfig,
     model: Model,
@@ -221,7 +217,7 @@ def _summary(
         "engine": engine_name,
         "seed": config.seed,
         "version": __version__,
-        "parameters": _model_parameters(model),
+        "parameters": model_parameters(model),
         "classes": list(classes),
         "counts": counts,
         "iterations": result.n_iter,
@@ -740,10 +736,11 @@ def _aggregate_small(
 
 
 def _write_model(out: StagedOutput, config: RunConfig, model: Model, params: Any, encoding) -> None:
-    """``model/``: what a later run needs to warm start (see :mod:`crowdspark.persist`)."""
-    document = model_document(config.algorithm, _model_parameters(model), encoding.classes, encoding.workers)
-    out.write_json("model/model.json", document)
-    out.write_bytes("model/params.npz", params_to_bytes(model.export_params(params)))
+    """``model/``: the saved model (:mod:`crowdspark.persist`), what a later run warm starts from."""
+    saved = SavedModel(config.algorithm, model_parameters(model), encoding.classes, encoding.workers,
+                       model.export_params(params))
+    for name, data in model_files(saved).items():
+        out.write_bytes(f"{MODEL_FOLDER}/{name}", data)
 
 
 def _write_spark_tables(spark, run: SparkFit, fmt: str, out: StagedOutput) -> None:

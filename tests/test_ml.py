@@ -233,6 +233,60 @@ def test_saved_and_reloaded_model_transforms_identically(labels, models, tmp_pat
         model.write().save(path)
 
 
+@pytest.mark.spark
+@pytest.mark.parametrize("algorithm", ["ds", "dds"])
+def test_one_saved_model_format_for_warm_start_and_ml(spark, labels, tmp_path, algorithm):
+    """A model saved by crowdspark.ml warm starts a command-line run, and crowdspark.ml loads a command-line
+    run's output: both hold the same model/ folder (crowdspark.persist)."""
+    from crowdspark.persist import load_saved_model
+
+    params = {"n_levels": 2} if algorithm == "dds" else {}
+    model = CrowdAggregator(algorithm=algorithm, seed=SEED, algorithmParams=params).fit(labels)
+    path = str(tmp_path / "ml-model")
+    model.write().save(path)
+    saved = load_saved_model(path)
+    assert saved.algorithm == algorithm and saved.workers == model.encoding.workers
+    overrides = [f"{algorithm}.{k}={v}" for k, v in params.items()]
+    config = load_config(overrides=overrides, algorithm=algorithm, engine_name="local", seed=SEED)
+    warm = aggregate(config, LABELS, str(tmp_path / "warm"), warm_start=path).summary
+    cold = aggregate(config, LABELS, str(tmp_path / "cold")).summary
+    assert warm["iterations"] < cold["iterations"]
+    loaded = CrowdAggregatorModel.load(str(tmp_path / "cold"))
+    assert loaded.getAlgorithm() == algorithm and loaded.getSeed() == SEED
+    assert loaded.kernel.n_workers == cold["counts"]["workers"]
+    assert loaded.summary["iterations"] == cold["iterations"]
+    assert loaded.items.count() == cold["counts"]["items"] and loaded.workers.count() == cold["counts"]["workers"]
+    scored = loaded.transform(labels).toPandas().sort_values("item", ignore_index=True)
+    written = pd.read_parquet(tmp_path / "cold" / "items").sort_values("item", ignore_index=True)
+    assert (scored["label"] == written["label"]).all()
+    np.testing.assert_allclose(np.stack(scored["posterior"]), np.stack(written["posterior"]), atol=1e-9)
+
+
+@pytest.mark.spark
+def test_a_model_saved_in_format_1_still_loads(spark, labels, models, tmp_path):
+    """Format 1 kept its arrays in a Parquet table beside pyspark's metadata; it loads and scores the same."""
+    from chispa import assert_df_equality
+    from pyspark.ml.util import DefaultParamsWriter
+
+    model = models("ds")
+    base = str(tmp_path / "v1")
+    extra = {"format": 1, "algorithm": "ds", "hyperparameters": {"seed": SEED, "max_iter": 100, "tol": 1e-6,
+             "smoothing": 0.5}, "classes": list(model.encoding.classes), "n_workers": model.encoding.n_workers,
+             "summary": model.summary, "has_items": False}
+    DefaultParamsWriter.saveMetadata(model, base, spark, extraMetadata={"crowdspark": extra})
+    rows = [("params", k, "array", v.dtype.str, list(v.shape), bytearray(v.tobytes()))
+            for k, v in model.globalParams.items()]
+    schema = "section string, name string, kind string, dtype string, shape array<bigint>, data binary"
+    spark.createDataFrame(rows, schema).write.parquet(f"{base}/params")
+    spark.createDataFrame(list(enumerate(model.encoding.workers)), "index bigint, worker string").write.parquet(
+        f"{base}/encoding")
+    model.workers.write.parquet(f"{base}/workers")
+    loaded = CrowdAggregatorModel.load(base)
+    assert loaded.kernel == model.kernel and loaded.encoding == model.encoding
+    assert_df_equality(loaded.transform(labels), model.transform(labels), ignore_row_order=True,
+                       ignore_nullable=True)
+
+
 # --------------------------------------------------------------------------- Pipeline
 
 

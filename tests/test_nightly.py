@@ -83,7 +83,7 @@ def test_warm_start_refuses_another_algorithm_or_class_set(tmp_path):
         aggregate(load_config(algorithm="mv", engine_name="local"), RTE[0], None, warm_start=str(tmp_path / "prev"))
     with pytest.raises(InputError, match=r"class set changed since the warm-start run \(\['0', '1'\] -> \['1', '2'\]\)"):
         aggregate(config, TEMP[0], None, warm_start=str(tmp_path / "prev"))
-    with pytest.raises(InputError, match=r"cannot warm start from .*nowhere"):
+    with pytest.raises(InputError, match=r"--warm-start .*nowhere.: no saved model there"):
         aggregate(config, RTE[0], None, warm_start=str(tmp_path / "nowhere"))
 
 

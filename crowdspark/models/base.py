@@ -188,7 +188,8 @@ class Model:
         raise NotImplementedError
 
     def export_params(self, params: Any) -> dict[str, np.ndarray]:
-        """The fitted global parameters worth saving (``<output>/model/params.npz``); default: all."""
+        """The fitted global parameters a saved model keeps (:mod:`crowdspark.persist`): what
+        :meth:`warm_start` reads and what :meth:`finish_block` needs without per-item state; default: all."""
         return dict(params)
 
     def warm_start(self, params: Any, previous: dict[str, np.ndarray], old_index: np.ndarray) -> Any:

@@ -657,7 +657,9 @@ class DifficultyDawidSkene(LevelModel):
         }
 
     def export_params(self, params: Any) -> dict[str, np.ndarray]:
-        return {key: params[key] for key in self.worker_params + self.shared_params}
+        """What a warm start reads (the base matrices and the class and level values) and what
+        :meth:`finish_block` reads (``log_pi``)."""
+        return {key: params[key] for key in self.worker_params + self.shared_params + ("log_pi",)}
 
     def warm_start(self, params: Any, previous: dict[str, np.ndarray], old_index: np.ndarray) -> Any:
         """Known workers' base matrices and the class/level values of a previous run (same C and H); the
