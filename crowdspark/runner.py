@@ -753,7 +753,11 @@ def _aggregate_small(
     )
 
     def read() -> tuple[pd.DataFrame, pd.DataFrame | None]:
-        return to_pandas_strings(raw), to_pandas_strings(gold_raw) if gold_raw is not None else None
+        labels = to_pandas_strings(raw, [config.input.item, config.input.worker, config.input.label], "labels",
+                                   labels_path)
+        if gold_raw is None:
+            return labels, None
+        return labels, to_pandas_strings(gold_raw, [config.gold.item, config.gold.truth], "gold", gold_path)
 
     return _aggregate_on_driver(config, read, labels_path, gold_path, output_dir, options, spark,
                                 {"small_input": small})
