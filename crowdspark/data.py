@@ -16,7 +16,7 @@ truths, or a truth outside the class set.
 
 What is accepted and counted in the run summary: duplicate (item, worker) pairs (every label is kept as an
 independent label); gold rows repeated with the same truth (collapsed); gold items without any label (not
-scored); classes of a configured class set that no label uses.
+scored; a warning when no gold item has a label); classes of a configured class set that no label uses.
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ __all__ = [
     "csv_header_error",
     "json_line_error",
     "canonical_frame",
+    "gold_unmatched_warning",
+    "gold_unmatched",
     "decide_classes",
     "prepare_labels",
     "prepare_gold",
@@ -453,6 +455,18 @@ def canonical_frame(frame: pd.DataFrame, columns: dict[str, str], what: str, sou
     return pd.DataFrame({role: canonical_values(frame[column], what, source, column) for role, column in columns.items()})
 
 
+def gold_unmatched_warning(
+    source: str, n_gold: int, n_items: int, gold_example: str | None, label_example: str | None
+) -> str:
+    """The warning for gold that names none of the labelled items (no metrics can be computed)."""
+    return (
+        f"none of the {n_gold} gold items at {source!r} has a label among the {n_items} labelled items, so "
+        f"no metrics are computed; ids are compared as text: e.g. gold item {gold_example!r}, labelled item "
+        f"{label_example!r}. Write the ids the same way in both inputs (266.0 and 266 are different ids in "
+        "a CSV or JSON file; a float Parquet column holding whole numbers is read as integers)."
+    )
+
+
 def null_error(what: str, source: str, column: str, count: int) -> InputError:
     return InputError(
         f"{what} at {source!r}: column {column!r} has {count} null value(s); every row needs an item, "
@@ -565,6 +579,14 @@ def prepare_gold(frame: pd.DataFrame, cfg: GoldConfig, classes: list[str], sourc
     if len(conflicts):
         raise gold_conflict_error(source, str(conflicts.index[0]), int(conflicts.iloc[0]))
     return Gold(frame=distinct.reset_index(drop=True), source=source, repeated_rows=len(out) - len(distinct))
+
+
+def gold_unmatched(labels: Labels, gold: Gold) -> str | None:
+    """The warning of :func:`gold_unmatched_warning` when no gold item has a label, else ``None``."""
+    items = labels.frame["item"]
+    if not len(gold.frame) or gold.frame["item"].isin(set(items)).any():
+        return None
+    return gold_unmatched_warning(gold.source, len(gold.frame), items.nunique(), min(gold.frame["item"]), min(items))
 
 
 def encode_rows(

@@ -40,6 +40,7 @@ from crowdspark.data import (
     duplicate_columns_error,
     gold_conflict_error,
     gold_outside_error,
+    gold_unmatched_warning,
     infer_format,
     is_local,
     json_line_error,
@@ -52,7 +53,7 @@ from crowdspark.errors import ConfigError, InputError
 __all__ = [
     "read_spark_frame", "resolve_format", "COLUMNAR_FORMATS", "CSV_OPTIONS", "JSON_OPTIONS", "SparkLabels",
     "prepare_labels_spark", "prepare_gold_spark", "block_rdd", "input_bytes", "to_pandas_strings",
-    "canonical_spark_frame", "input_error_from_spark", "spark_input_errors",
+    "canonical_spark_frame", "input_error_from_spark", "spark_input_errors", "gold_unmatched_spark",
 ]
 
 log = logging.getLogger(__name__)
@@ -338,6 +339,7 @@ class SparkGold:
     frame: object
     source: str
     repeated_rows: int
+    n_items: int = 0
 
 
 def prepare_gold_spark(frame, cfg: GoldConfig, classes: list[str], source: str) -> SparkGold:
@@ -365,7 +367,7 @@ def prepare_gold_spark(frame, cfg: GoldConfig, classes: list[str], source: str) 
         raise gold_conflict_error(source, example["item"], int(example["n"]))
     distinct = frame.distinct()
     n_distinct = int(check["items"])
-    return SparkGold(frame=distinct, source=source, repeated_rows=int(row["rows"]) - n_distinct)
+    return SparkGold(frame=distinct, source=source, repeated_rows=int(row["rows"]) - n_distinct, n_items=n_distinct)
 
 
 def _codes(column, values: tuple[str, ...]) -> np.ndarray:
@@ -446,3 +448,16 @@ def gold_items_without_labels(labels: SparkLabels, gold: SparkGold) -> int:
     """Number of gold items that have no label (counted, not scored)."""
     return int(gold.frame.join(labels.frame.select("item").distinct(), on="item", how="left_anti").count())
 
+
+def gold_unmatched_spark(labels: SparkLabels, gold: SparkGold, without_labels: int) -> str | None:
+    """The warning of :func:`crowdspark.data.gold_unmatched_warning` when no gold item has a label, else
+    ``None`` (two one-row jobs for the examples, one job counting the labelled items, only then)."""
+    if not gold.n_items or without_labels < gold.n_items:
+        return None
+    gold_example = gold.frame.select("item").orderBy("item").limit(1).collect()
+    label_example = labels.frame.select("item").orderBy("item").limit(1).collect()
+    n_items = labels.frame.select("item").distinct().count()
+    return gold_unmatched_warning(
+        gold.source, gold.n_items, n_items, gold_example[0][0] if gold_example else None,
+        label_example[0][0] if label_example else None,
+    )

@@ -5,6 +5,7 @@ Each case runs on both engines: the pandas reader and the Spark reader must say 
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import datetime
 
@@ -352,3 +353,17 @@ def test_ids_without_a_canonical_text_are_refused(run, tmp_path, values, message
     pq.write_table(pa.table({"item": pa.array(values), "worker": ["a", "b"], "label": ["x", "y"]}), path)
     with pytest.raises(InputError, match=message):
         run(path)
+
+
+# --------------------------------------------------------------------------- gold that matches nothing
+
+
+def test_gold_that_matches_no_labelled_item_warns_with_counts_and_a_hint(run, tmp_path, caplog):
+    labels = write_csv(tmp_path / "l.csv", BASIC)
+    gold = write_csv(tmp_path / "g.csv", "item,truth\n1.0,x\n2.0,y\n")
+    with caplog.at_level(logging.WARNING, logger="crowdspark"):
+        summary = run(labels, gold)
+    assert summary["metrics"]["n_gold"] == 0 and summary["counts"]["gold_items_without_labels"] == 2
+    expected = r"none of the 2 gold items .* has a label .*3 labelled items.* gold item '1\.0'.* labelled item '1'"
+    assert any(re.search(expected, w) for w in summary["warnings"]), summary["warnings"]
+    assert any(re.search(expected, r.getMessage()) for r in caplog.records)
