@@ -518,6 +518,11 @@ def gold_conflict_error(source: str, item: str, n: int) -> InputError:
     )
 
 
+def _check_frame(frame: object, what: str, source: str) -> None:
+    if not isinstance(frame, pd.DataFrame):
+        raise InputError(f"{what} at {source!r} must be a pandas DataFrame, but got a {type(frame).__name__}.")
+
+
 @dataclass(frozen=True)
 class Labels:
     """Validated labels (pandas): string columns ``item``, ``worker``, ``label`` and the encoding."""
@@ -539,6 +544,7 @@ def prepare_labels(frame: pd.DataFrame, cfg: InputConfig, source: str) -> Labels
         Where it came from, for messages.
     """
     cols = {"item": cfg.item, "worker": cfg.worker, "label": cfg.label}
+    _check_frame(frame, "labels", source)
     check_columns(list(frame.columns), cols, "labels", source, "input")
     if len(frame) == 0:
         raise InputError(f"labels at {source!r} have no rows; there is nothing to aggregate.")
@@ -564,6 +570,7 @@ class Gold:
 def prepare_gold(frame: pd.DataFrame, cfg: GoldConfig, classes: list[str], source: str) -> Gold:
     """Validate a gold frame against the class set."""
     cols = {"item": cfg.item, "truth": cfg.truth}
+    _check_frame(frame, "gold", source)
     check_columns(list(frame.columns), cols, "gold", source, "gold")
     out = canonical_frame(frame, cols, "gold", source)
     for role, column in cols.items():

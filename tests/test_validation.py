@@ -367,3 +367,39 @@ def test_gold_that_matches_no_labelled_item_warns_with_counts_and_a_hint(run, tm
     expected = r"none of the 2 gold items .* has a label .*3 labelled items.* gold item '1\.0'.* labelled item '1'"
     assert any(re.search(expected, w) for w in summary["warnings"]), summary["warnings"]
     assert any(re.search(expected, r.getMessage()) for r in caplog.records)
+
+
+# --------------------------------------------------------------------------- the pandas API's own input checks
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        [("1", "a", "x"), ("1", "b", "y")],
+        np.array([["1", "a", "x"], ["1", "b", "y"]]),
+        {"item": ["1", "1"], "worker": ["a", "b"], "label": ["x", "y"]},
+        pd.Series(["x", "y"]),
+    ],
+    ids=["list", "ndarray", "dict", "series"],
+)
+def test_api_refuses_what_is_not_a_dataframe(data):
+    from crowdspark.api import DawidSkene
+
+    with pytest.raises(InputError, match=r"pass a pandas DataFrame with columns item, worker, label .*got a "):
+        DawidSkene().fit(data)
+    # the library function under the API says the same in its own terms
+    from crowdspark.runner import aggregate_frames
+
+    with pytest.raises(InputError, match=r"labels at '<DataFrame>' must be a pandas DataFrame, but got a "):
+        aggregate_frames(load_config(engine_name="local"), data)
+
+
+def test_api_refuses_a_frame_with_a_column_named_twice():
+    from crowdspark.api import DawidSkene
+
+    frame = pd.DataFrame([["1", "a", "x", "y"], ["1", "b", "y", "y"]], columns=["item", "worker", "label", "label"])
+    with pytest.raises(InputError, match=r"columns named \['label'\] more than once"):
+        DawidSkene().fit(frame)
+    gold = pd.DataFrame([["1", "x", "x"]], columns=["item", "truth", "truth"])
+    with pytest.raises(InputError, match=r"gold: .*columns named \['truth'\] more than once"):
+        DawidSkene().fit(frame.iloc[:, :3], gold)
