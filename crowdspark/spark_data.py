@@ -96,6 +96,7 @@ def read_spark_frame(spark, path: str, fmt: str, what: str):
 
     CSV and JSON lines are read as text, with :data:`CSV_OPTIONS` and :data:`JSON_OPTIONS`; their bad rows
     fail the first job that reads them, which :func:`spark_input_errors` turns into an ``InputError``.
+    Partition columns (folders named ``column=value``) are text too.
     """
     from pyspark.errors import AnalysisException
 
@@ -109,11 +110,29 @@ def read_spark_frame(spark, path: str, fmt: str, what: str):
     options = {"csv": CSV_OPTIONS, "json": JSON_OPTIONS}.get(fmt, {})
     reader = spark.read.format(fmt).options(**options)
     try:
-        with spark_input_errors(what, path):
+        with spark_input_errors(what, path), _partition_values_as_text(spark):
             # the path itself (not the resolved files): Spark then discovers partition columns (date=...)
             return reader.load(path)
     except AnalysisException as exc:
         raise InputError(f"cannot read {what} at {path!r} as {fmt}: {exc}") from exc
+
+
+_PARTITION_TYPES = "spark.sql.sources.partitionColumnTypeInference.enabled"
+
+
+@contextmanager
+def _partition_values_as_text(spark):
+    """Partition columns (``worker=007/``) read as the text of their folder names while a frame is loaded.
+
+    Spark otherwise infers their types, which made ``worker=007`` and ``worker=7`` the same integer
+    worker.  The columns' types are fixed when the frame is loaded; the session's setting is restored.
+    """
+    previous = spark.conf.get(_PARTITION_TYPES)
+    spark.conf.set(_PARTITION_TYPES, "false")
+    try:
+        yield
+    finally:
+        spark.conf.set(_PARTITION_TYPES, previous)
 
 
 # --------------------------------------------------------------------------- Spark failures caused by the data

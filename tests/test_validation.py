@@ -403,3 +403,34 @@ def test_api_refuses_a_frame_with_a_column_named_twice():
     gold = pd.DataFrame([["1", "x", "x"]], columns=["item", "truth", "truth"])
     with pytest.raises(InputError, match=r"gold: .*columns named \['truth'\] more than once"):
         DawidSkene().fit(frame.iloc[:, :3], gold)
+
+
+# --------------------------------------------------------------------------- Spark only: folder names and filters
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("distribute", [False, True], ids=["collected", "distributed"])
+def test_partition_folder_values_are_read_as_text(spark, tmp_path, distribute):
+    # worker=007 and worker=7 are two workers; Spark's partition type inference made both the integer 7
+    for worker, rows in (("007", [("1", "x"), ("2", "y")]), ("7", [("1", "y"), ("2", "y")]), ("8", [("1", "x")])):
+        folder = tmp_path / "lake" / f"worker={worker}"
+        folder.mkdir(parents=True)
+        pd.DataFrame(rows, columns=["item", "label"]).to_parquet(folder / "part.parquet")
+    overrides = ["engine.small_input_bytes=0"] if distribute else []
+    config = load_config(overrides=overrides, algorithm="mv", engine_name="spark")
+    result = aggregate(config, str(tmp_path / "lake"), str(tmp_path / "out"), spark=spark)
+    assert result.summary["counts"]["workers"] == 3
+    assert sorted(pd.read_parquet(tmp_path / "out" / "workers")["worker"]) == ["007", "7", "8"]
+    assert spark.conf.get("spark.sql.sources.partitionColumnTypeInference.enabled") == "true"
+
+
+@pytest.mark.spark
+def test_a_filter_on_a_date_folder_compares_its_text(spark, tmp_path):
+    for day, rows in (("2026-10-31", 3), ("2026-11-01", 4), ("2026-11-02", 5)):
+        folder = tmp_path / "lake" / f"date={day}"
+        folder.mkdir(parents=True)
+        pd.DataFrame({"item": [str(i // 2) for i in range(rows)], "worker": [f"w{i}" for i in range(rows)],
+                      "label": ["x", "y"] * (rows // 2) + ["x"] * (rows % 2)}).to_parquet(folder / "part.parquet")
+    config = load_config(overrides=["input.filter=date >= '2026-11-01'"], algorithm="mv", engine_name="spark")
+    assert aggregate(config, str(tmp_path / "lake"), None, spark=spark).summary["counts"]["labels"] == 9
+
