@@ -434,3 +434,11 @@ def test_a_filter_on_a_date_folder_compares_its_text(spark, tmp_path):
     config = load_config(overrides=["input.filter=date >= '2026-11-01'"], algorithm="mv", engine_name="spark")
     assert aggregate(config, str(tmp_path / "lake"), None, spark=spark).summary["counts"]["labels"] == 9
 
+
+@pytest.mark.spark
+def test_input_filter_is_code_the_job_runs(spark, tmp_path):
+    # why the README says never to build input.filter from untrusted values: it can call Java methods
+    path = write_csv(tmp_path / "l.csv", BASIC)
+    condition = "reflect('java.lang.System', 'getProperty', 'java.version') is not null"
+    config = load_config(overrides=[f"input.filter={condition}"], algorithm="mv", engine_name="spark")
+    assert aggregate(config, str(path), None, spark=spark).summary["counts"]["labels"] == 6
