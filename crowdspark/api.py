@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from crowdspark.config import GoldConfig, InputConfig, RunConfig
+from crowdspark.errors import InputError
 from crowdspark.runner import aggregate_frames
 
 __all__ = ["Aggregator", "MajorityVote", "DawidSkene"]
@@ -71,7 +72,17 @@ class Aggregator:
         )
 
     def fit(self, data: pd.DataFrame, gold: pd.DataFrame | None = None) -> "Aggregator":
-        """Fit on a labels frame; ``gold`` (columns ``<item>``, ``truth``) adds ``summary_['metrics']``."""
+        """Fit on a labels frame; ``gold`` (columns ``<item>``, ``truth``) adds ``summary_['metrics']``.
+
+        Raises
+        ------
+        InputError
+            For data that is not a pandas DataFrame, a frame naming a column twice, and every input error
+            of the command line (missing columns, nulls, ...).
+        """
+        self._check_frame(data, "data", [self.item, self.worker, self.label])
+        if gold is not None:
+            self._check_frame(gold, "gold", [self.item, "truth"])
         run = aggregate_frames(self._config(), data, gold)
         items = run.items.set_index("item")
         self.summary_ = run.summary
@@ -86,6 +97,24 @@ class Aggregator:
         self.n_iter_ = run.summary["iterations"]
         self.converged_ = run.summary["converged"]
         return self
+
+    def _check_frame(self, frame: Any, what: str, columns: list[str]) -> None:
+        """``frame`` is a pandas DataFrame whose columns have distinct names."""
+        names = ", ".join(columns)
+        if not isinstance(frame, pd.DataFrame):
+            spark_hint = (" For a Spark DataFrame use crowdspark.ml." if type(frame).__module__.startswith("pyspark")
+                          else "")
+            raise InputError(
+                f"{what}: pass a pandas DataFrame with columns {names} (name other columns with "
+                f"item=..., worker=..., label=...), but got a {type(frame).__name__}; e.g. "
+                f"pd.DataFrame(rows, columns={columns!r}).{spark_hint}"
+            )
+        repeated = list(dict.fromkeys(c for c in frame.columns if list(frame.columns).count(c) > 1))
+        if repeated:
+            raise InputError(
+                f"{what}: the DataFrame has columns named {repeated} more than once; give every column its own "
+                f"name (the columns used are {names})."
+            )
 
     def fit_predict(self, data: pd.DataFrame) -> pd.Series:
         """Fit and return the inferred label of each item (Series indexed by item)."""

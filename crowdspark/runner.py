@@ -22,7 +22,7 @@ from crowdspark.algorithms import build_model, hyperparameters, model_class, mod
 from crowdspark.block import Block, build_blocks
 from crowdspark.config import RunConfig
 from crowdspark.errors import ConfigError, InputError
-from crowdspark.data import encode_rows, is_local, prepare_gold, prepare_labels, read_frame
+from crowdspark.data import encode_rows, gold_unmatched, is_local, prepare_gold, prepare_labels, read_frame
 from crowdspark.engine.base import Engine
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.checkpoint import Checkpointer
@@ -360,6 +360,14 @@ def input_signature(labels_path: str, gold_path: str | None) -> dict[str, Any]:
 # --------------------------------------------------------------------------- local engine
 
 
+def _logged(messages: list[str | None]) -> list[str]:
+    """The warnings about the input among ``messages`` (``None``: no warning), each logged once."""
+    out = [m for m in messages if m]
+    for message in out:
+        log.warning("%s", message)
+    return out
+
+
 def _unused_classes(classes: tuple[str, ...], used: set[str]) -> int:
     return len([c for c in classes if c not in used])
 
@@ -416,9 +424,11 @@ def aggregate_frames(
     if gold_raw is not None:
         gold = prepare_gold(gold_raw, config.gold, list(enc.classes), gold_source)
     extra = {"unused_classes": _unused_classes(enc.classes, set(labels.frame["label"].unique()))}
+    input_warnings = []
     if gold is not None:
         extra["gold_items_without_labels"] = int((~gold.frame["item"].isin(set(labels.frame["item"]))).sum())
         extra["gold_repeated_rows"] = gold.repeated_rows
+        input_warnings = _logged([gold_unmatched(labels, gold)])
     timer.lap("validate")
     blocks = local_blocks(labels.frame, None if gold is None else gold.frame, enc, config.engine.max_block_labels)
     engine = LocalEngine(blocks)
@@ -439,6 +449,7 @@ def aggregate_frames(
     inputs = {"labels": labels_source, "gold": gold_source if gold_raw is not None else None,
               "label_rows": int(len(labels_raw))}
     summary = _summary(config, model, "local", enc.classes, enc.n_workers, result, extra, inputs)
+    summary["warnings"] = input_warnings + summary["warnings"]
     if selection is not None:
         summary["level_selection"] = selection
     if metrics is not None:
@@ -603,7 +614,9 @@ def fit_spark_frames(
         ``engine.cache_input = "auto"``.
     """
     from crowdspark.engine.spark import SparkEngine
-    from crowdspark.spark_data import block_rdd, gold_items_without_labels, prepare_gold_spark, prepare_labels_spark
+    from crowdspark.spark_data import (
+        block_rdd, gold_items_without_labels, gold_unmatched_spark, prepare_gold_spark, prepare_labels_spark,
+    )
 
     timer = timer or Timer()
     options = options or RunOptions()
@@ -619,9 +632,11 @@ def fit_spark_frames(
     if gold_raw is not None:
         gold = prepare_gold_spark(gold_raw, config.gold, list(enc.classes), gold_source or "<DataFrame>")
     extra = {"unused_classes": _unused_classes(enc.classes, set(labels.observed_classes))}
+    input_warnings = []
     if gold is not None:
         extra["gold_items_without_labels"] = gold_items_without_labels(labels, gold)
         extra["gold_repeated_rows"] = gold.repeated_rows
+        input_warnings = _logged([gold_unmatched_spark(labels, gold, extra["gold_items_without_labels"])])
     timer.lap("validate")
     n_partitions = config.engine.partitions or default_partitions(spark, labels.n_rows)
     engine = SparkEngine(
@@ -648,6 +663,7 @@ def fit_spark_frames(
         workers = worker_frame(enc.workers, model.worker_table(result.params, result.init_stats))
         inputs = {"labels": labels_source, "gold": gold_source, "label_rows": labels.n_rows}
         summary = _summary(config, model, "spark", enc.classes, enc.n_workers, result, extra, inputs)
+        summary["warnings"] = input_warnings + summary["warnings"]
         summary["partitions"] = n_partitions
         summary["input_cached"] = cache
         summary["sweep_sessions"] = engine.session_report()
@@ -729,7 +745,11 @@ def _aggregate_small(
     )
 
     def read() -> tuple[pd.DataFrame, pd.DataFrame | None]:
-        return to_pandas_strings(raw), to_pandas_strings(gold_raw) if gold_raw is not None else None
+        labels = to_pandas_strings(raw, [config.input.item, config.input.worker, config.input.label], "labels",
+                                   labels_path)
+        if gold_raw is None:
+            return labels, None
+        return labels, to_pandas_strings(gold_raw, [config.gold.item, config.gold.truth], "gold", gold_path)
 
     return _aggregate_on_driver(config, read, labels_path, gold_path, output_dir, options, spark,
                                 {"small_input": small})

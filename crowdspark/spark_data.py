@@ -16,32 +16,44 @@ from __future__ import annotations
 
 import logging
 import pickle
+import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
+from urllib.parse import unquote
 
 import numpy as np
 import pandas as pd
 
 from crowdspark.block import Block
+from crowdspark.cells import SPARK_ERROR_END, SPARK_ERROR_START, canonical_spark
 from crowdspark.config import GoldConfig, InputConfig
 from crowdspark.data import (
     MAX_CLASSES,
     Encoding,
+    check_columns,
+    csv_header_error,
+    csv_quote_error,
+    csv_row_error,
     decide_classes,
+    duplicate_columns_error,
     gold_conflict_error,
     gold_outside_error,
+    gold_unmatched_warning,
     infer_format,
     is_local,
+    json_line_error,
     missing_columns_error,
     null_error,
     resolve_local_paths,
 )
-from crowdspark.errors import InputError
+from crowdspark.errors import ConfigError, InputError
 
 __all__ = [
-    "read_spark_frame", "resolve_format", "COLUMNAR_FORMATS", "SparkLabels", "prepare_labels_spark",
-    "prepare_gold_spark", "block_rdd", "input_bytes", "to_pandas_strings",
+    "read_spark_frame", "resolve_format", "COLUMNAR_FORMATS", "CSV_OPTIONS", "JSON_OPTIONS", "SparkLabels",
+    "prepare_labels_spark", "prepare_gold_spark", "block_rdd", "input_bytes", "to_pandas_strings",
+    "canonical_spark_frame", "input_error_from_spark", "spark_input_errors", "gold_unmatched_spark",
 ]
 
 log = logging.getLogger(__name__)
@@ -58,22 +70,148 @@ def resolve_format(path: str, fmt: str, what: str) -> str:
     return infer_format(path, files, what) if fmt == "auto" else fmt
 
 
+#: CSV as the pandas reader reads it (:func:`crowdspark.data.read_csv_file`): every column a string; every
+#: file's header checked against the input's by name (``enforceSchema=false``); a record with more or fewer
+#: fields than the header, or with text after a closing quote, fails the read (``FAILFAST``, with every
+#: field parsed: ``columnPruning=false``, else extra fields beside unused columns go unseen); RFC 4180
+#: quoting (``""`` is a quote inside quotes); one record per line (a quoted line break splits the record,
+#: which then fails as malformed)
+CSV_OPTIONS = {
+    "header": "true",
+    "inferSchema": "false",
+    "enforceSchema": "false",
+    "mode": "FAILFAST",
+    "columnPruning": "false",
+    "escape": '"',
+    "unescapedQuoteHandling": "RAISE_ERROR",
+    "multiLine": "false",
+}
+#: JSON lines as text (:func:`crowdspark.data.read_json_file`): numbers and booleans keep the text written in
+#: the file (Spark 4 parses JSON strings exactly), a line that is not JSON fails the read
+JSON_OPTIONS = {"primitivesAsString": "true", "mode": "FAILFAST"}
+
+
 def read_spark_frame(spark, path: str, fmt: str, what: str):
     """Read a file, folder or glob (local or any Hadoop filesystem) as a DataFrame.
 
-    CSV is read with a header and without type inference (every column a string).
+    CSV and JSON lines are read as text, with :data:`CSV_OPTIONS` and :data:`JSON_OPTIONS`; their bad rows
+    fail the first job that reads them, which :func:`spark_input_errors` turns into an ``InputError``.
+    Partition columns (folders named ``column=value``) are text too.
     """
     from pyspark.errors import AnalysisException
 
     fmt = resolve_format(path, fmt, what)
-    reader = spark.read.format(fmt)
-    if fmt == "csv":
-        reader = reader.option("header", "true").option("inferSchema", "false")
+    if fmt == "json" and spark.conf.get("spark.sql.json.enableExactStringParsing", "true").lower() == "false":
+        raise ConfigError(
+            "spark.sql.json.enableExactStringParsing is false in this Spark session: Spark would rewrite the JSON "
+            f"numbers of {what} at {path!r} (1e5 -> 100000.0) and read them differently from the pandas reader; "
+            "remove that setting."
+        )
+    options = {"csv": CSV_OPTIONS, "json": JSON_OPTIONS}.get(fmt, {})
+    reader = spark.read.format(fmt).options(**options)
     try:
-        # the path itself (not the resolved files): Spark then discovers partition columns (date=...)
-        return reader.load(path)
+        with spark_input_errors(what, path), _partition_values_as_text(spark):
+            # the path itself (not the resolved files): Spark then discovers partition columns (date=...)
+            return reader.load(path)
     except AnalysisException as exc:
         raise InputError(f"cannot read {what} at {path!r} as {fmt}: {exc}") from exc
+
+
+_PARTITION_TYPES = "spark.sql.sources.partitionColumnTypeInference.enabled"
+
+
+@contextmanager
+def _partition_values_as_text(spark):
+    """Partition columns (``worker=007/``) read as the text of their folder names while a frame is loaded.
+
+    Spark otherwise infers their types, which made ``worker=007`` and ``worker=7`` the same integer
+    worker.  The columns' types are fixed when the frame is loaded; the session's setting is restored.
+    """
+    previous = spark.conf.get(_PARTITION_TYPES)
+    spark.conf.set(_PARTITION_TYPES, "false")
+    try:
+        yield
+    finally:
+        spark.conf.set(_PARTITION_TYPES, previous)
+
+
+# --------------------------------------------------------------------------- Spark failures caused by the data
+
+
+def _error_chain(exc: BaseException) -> str:
+    """The messages of a Spark failure and of its JVM causes, one per line (no stack frames)."""
+    lines = [str(exc).split("\n\tat ", 1)[0]]
+    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    seen = 0
+    while java is not None and seen < 20:
+        lines.append(str(java.toString()))
+        java, seen = java.getCause(), seen + 1
+    return "\n".join(lines)
+
+
+def _failed_file(text: str) -> str | None:
+    found = re.search(r"while reading file (\S+?)\.?\s", text)
+    return unquote(found.group(1)) if found else None
+
+
+def input_error_from_spark(exc: BaseException, what: str, source: str) -> InputError | None:
+    """The ``InputError`` behind a failed Spark read or job, or ``None`` when the failure is not the data's.
+
+    Recognized: a value the canonical text refuses (:func:`crowdspark.cells.canonical_spark`), a CSV header
+    other than the input's, a malformed CSV or JSON record, broken CSV quoting, Parquet files whose column
+    types differ, a file that is not Parquet.
+    """
+    text = _error_chain(exc)
+    own = re.search(re.escape(SPARK_ERROR_START) + "(.*?)" + re.escape(SPARK_ERROR_END), text, re.S)
+    if own:
+        return InputError(own.group(1))
+    header = re.search(r"CSV header does not conform to the schema\.\s*Header: (.*?)\n\s*Schema: (.*?)\n"
+                       r".*?CSV file: (\S+)", text, re.S)
+    if header:
+        names, expected, name = header.group(1).split(", "), header.group(2).split(", "), unquote(header.group(3))
+        repeated = [c for c in dict.fromkeys(names) if [n.lower() for n in names].count(c.lower()) > 1]
+        if repeated:
+            return duplicate_columns_error(what, source, repeated, f"CSV file {name!r}: its header")
+        return csv_header_error(what, source, name, names, "the header Spark read first", expected)
+    count = re.search(r"Header length: (\d+), schema size: (\d+)\s*CSV file: (\S+)", text)
+    if count:
+        return csv_header_error(what, source, unquote(count.group(3)), f"of {count.group(1)} columns",
+                                "the header Spark read first", f"{count.group(2)}")
+    if "Unescaped quote character" in text:
+        return csv_quote_error(what, source, _failed_file(text), "Spark: unescaped quote character")
+    record = re.search(r"Malformed CSV record: (.*?)(?: SQLSTATE: \w+)?$", text, re.M)
+    if record:
+        detail = (f"the record {record.group(1)!r} has more or fewer fields than the header, or a quoted value "
+                  "spans several lines")
+        return csv_row_error(what, source, _failed_file(text), detail)
+    if "MALFORMED_RECORD_IN_PARSING" in text:  # CSV records are matched above: a JSON line
+        reason = re.search(r"JsonParseException: ([^\n]*)", text)
+        detail = f" ({reason.group(1)})" if reason else ""
+        return json_line_error(what, source, _failed_file(text), f"a line is not a valid JSON object{detail}")
+    mismatch = re.search(r"reading Parquet column (\S+)\. Expected Spark type (\S+), actual Parquet type (\S+)", text)
+    if mismatch:
+        return InputError(
+            f"{what} at {source!r}: Parquet file {_failed_file(text)!r} has column {mismatch.group(1)} of type "
+            f"{mismatch.group(3)} where the input's schema has {mismatch.group(2)}; Spark reads the files of one "
+            "input with one schema. Write every file with the same column types."
+        )
+    if "is not a Parquet file" in text:
+        return InputError(f"cannot read {what} at {source!r}: {_failed_file(text) or 'a file'!r} is not a Parquet file.")
+    return None
+
+
+@contextmanager
+def spark_input_errors(what: str, source: str):
+    """Turn a Spark failure caused by the data (see :func:`input_error_from_spark`) into its ``InputError``."""
+    try:
+        yield
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Py4J and pyspark errors have no common data-error class
+        error = input_error_from_spark(exc, what, source)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def input_bytes(spark, frame, limit: int) -> int | None:
@@ -102,12 +240,39 @@ def input_bytes(spark, frame, limit: int) -> int | None:
     return total
 
 
-def to_pandas_strings(frame) -> pd.DataFrame:
-    """Collect ``frame`` to the driver with every column cast to string (nulls stay missing), as the
-    pandas readers of :mod:`crowdspark.data` return it."""
-    from pyspark.sql import functions as F
+def canonical_spark_frame(frame, columns: dict[str, str], what: str, source: str):
+    """The canonical text of the configured columns (:func:`crowdspark.cells.canonical_spark`), lazily.
 
-    return frame.select(*[F.col(f"`{c}`").cast("string").alias(c) for c in frame.columns]).toPandas()
+    Parameters
+    ----------
+    frame : pyspark DataFrame
+    columns : dict
+        Output column -> column of ``frame``.
+
+    Raises
+    ------
+    InputError
+        For missing or repeated columns, or a column type without canonical text (from the schema).
+    """
+    _check_columns(frame, columns, what, source, "input" if what == "labels" else "gold")
+    types = {field.name: field.dataType for field in frame.schema.fields}
+    return frame.select(*[
+        canonical_spark(column, types[column], what, source, column).alias(out) for out, column in columns.items()
+    ])
+
+
+def to_pandas_strings(frame, columns: list[str], what: str, source: str) -> pd.DataFrame:
+    """Collect the canonical text of ``columns`` to the driver (nulls stay missing), as the pandas reader
+    of :mod:`crowdspark.data` returns them.
+
+    Raises
+    ------
+    InputError
+        As :func:`canonical_spark_frame`, and for data the read refuses (:func:`spark_input_errors`).
+    """
+    selected = canonical_spark_frame(frame, {c: c for c in dict.fromkeys(columns)}, what, source)
+    with spark_input_errors(what, source):
+        return selected.toPandas()
 
 
 @dataclass(frozen=True)
@@ -122,9 +287,16 @@ class SparkLabels:
 
 
 def _check_columns(frame, cols: dict[str, str], what: str, source: str, prefix: str) -> None:
-    missing = [c for c in cols.values() if c not in frame.columns]
-    if missing:
-        raise missing_columns_error(what, source, missing, list(frame.columns), [f"{prefix}.{k}" for k in cols])
+    """:func:`crowdspark.data.check_columns`, with a hint where Spark renamed a repeated CSV header name
+    (``label`` twice becomes ``label2`` and ``label3``)."""
+    present = list(frame.columns)
+    renamed = [c for c in cols.values() if c not in present and any(re.fullmatch(re.escape(c) + r"\d+", p) for p in present)]
+    if renamed:
+        hint = (f"If a CSV header names {renamed} more than once: Spark renames a repeated header name by "
+                "appending its position; give every column its own name. ")
+        missing = [c for c in cols.values() if c not in present]
+        raise missing_columns_error(what, source, missing, present, [f"{prefix}.{k}" for k in cols], hint)
+    check_columns(present, cols, what, source, prefix)
 
 
 def prepare_labels_spark(frame, cfg: InputConfig, source: str, persist: bool = True) -> SparkLabels:
@@ -133,17 +305,25 @@ def prepare_labels_spark(frame, cfg: InputConfig, source: str, persist: bool = T
     With ``persist`` the selected columns are cached (``MEMORY_AND_DISK``) so that validation and block
     building read the input once; the caller unpersists ``frame`` when the blocks are built.
     """
-    from pyspark.sql import functions as F
-
     from pyspark import StorageLevel
 
     cols = {"item": cfg.item, "worker": cfg.worker, "label": cfg.label}
-    _check_columns(frame, cols, "labels", source, "input")
-    frame = frame.select(*[F.col(f"`{column}`").cast("string").alias(role) for role, column in cols.items()])
+    frame = canonical_spark_frame(frame, cols, "labels", source)
     # with ``persist``, read the input once: validation and block building both scan it (the caller
     # unpersists it once the blocks are built)
     if persist:
         frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        with spark_input_errors("labels", source):
+            return _validate_labels(frame, cfg, cols, source)
+    except BaseException:
+        frame.unpersist()
+        raise
+
+
+def _validate_labels(frame, cfg: InputConfig, cols: dict[str, str], source: str) -> SparkLabels:
+    from pyspark.sql import functions as F
+
     # three small jobs: rows and nulls; the distinct labels, at most MAX_CLASSES + 1 of them fetched (a wrong
     # label column is refused before it is collected); the distinct workers.  Measured at 10M labels (Parquet,
     # local[2]) against the former approx_count_distinct guard and one union-distinct job: 4.5 s vs 7.1 s
@@ -178,6 +358,7 @@ class SparkGold:
     frame: object
     source: str
     repeated_rows: int
+    n_items: int = 0
 
 
 def prepare_gold_spark(frame, cfg: GoldConfig, classes: list[str], source: str) -> SparkGold:
@@ -185,12 +366,12 @@ def prepare_gold_spark(frame, cfg: GoldConfig, classes: list[str], source: str) 
     from pyspark.sql import functions as F
 
     cols = {"item": cfg.item, "truth": cfg.truth}
-    _check_columns(frame, cols, "gold", source, "gold")
-    frame = frame.select(*[F.col(f"`{column}`").cast("string").alias(role) for role, column in cols.items()])
-    row = frame.agg(
-        F.count(F.lit(1)).alias("rows"),
-        *[F.sum(F.col(role).isNull().cast("long")).alias(role) for role in cols],
-    ).collect()[0]
+    frame = canonical_spark_frame(frame, cols, "gold", source)
+    with spark_input_errors("gold", source):
+        row = frame.agg(
+            F.count(F.lit(1)).alias("rows"),
+            *[F.sum(F.col(role).isNull().cast("long")).alias(role) for role in cols],
+        ).collect()[0]
     for role, column in cols.items():
         if row[role]:
             raise InputError(f"gold at {source!r}: column {column!r} has {row[role]} null value(s); remove these rows.")
@@ -205,7 +386,7 @@ def prepare_gold_spark(frame, cfg: GoldConfig, classes: list[str], source: str) 
         raise gold_conflict_error(source, example["item"], int(example["n"]))
     distinct = frame.distinct()
     n_distinct = int(check["items"])
-    return SparkGold(frame=distinct, source=source, repeated_rows=int(row["rows"]) - n_distinct)
+    return SparkGold(frame=distinct, source=source, repeated_rows=int(row["rows"]) - n_distinct, n_items=n_distinct)
 
 
 def _codes(column, values: tuple[str, ...]) -> np.ndarray:
@@ -285,3 +466,17 @@ def _unpickle_block(row) -> Block:
 def gold_items_without_labels(labels: SparkLabels, gold: SparkGold) -> int:
     """Number of gold items that have no label (counted, not scored)."""
     return int(gold.frame.join(labels.frame.select("item").distinct(), on="item", how="left_anti").count())
+
+
+def gold_unmatched_spark(labels: SparkLabels, gold: SparkGold, without_labels: int) -> str | None:
+    """The warning of :func:`crowdspark.data.gold_unmatched_warning` when no gold item has a label, else
+    ``None`` (two one-row jobs for the examples, one job counting the labelled items, only then)."""
+    if not gold.n_items or without_labels < gold.n_items:
+        return None
+    gold_example = gold.frame.select("item").orderBy("item").limit(1).collect()
+    label_example = labels.frame.select("item").orderBy("item").limit(1).collect()
+    n_items = labels.frame.select("item").distinct().count()
+    return gold_unmatched_warning(
+        gold.source, gold.n_items, n_items, gold_example[0][0] if gold_example else None,
+        label_example[0][0] if label_example else None,
+    )

@@ -5,13 +5,18 @@ Each case runs on both engines: the pandas reader and the Spark reader must say 
 
 from __future__ import annotations
 
+import logging
+import re
+from datetime import datetime
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from crowdspark.config import load_config
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.runner import aggregate
+from tests.helpers import DATA
 
 ENGINES = ["local", pytest.param("spark", marks=pytest.mark.spark)]
 
@@ -206,3 +211,234 @@ def test_more_partitions_than_items(run, tmp_path):
     path = write_csv(tmp_path / "l.csv", BASIC)
     summary = run(path, overrides=["engine.partitions=8"])
     assert summary["counts"]["items"] == 3
+
+
+# --------------------------------------------------------------------------- CSV: headers and rows by name
+
+
+def test_csv_folder_whose_second_file_has_another_header_order_is_refused(run, tmp_path):
+    # RTE split in two, the second half written with the header worker,item,label: read by position, Spark
+    # gave 506 items and 510 workers and a plausible error rate
+    labels = pd.read_csv(DATA / "rte" / "labels.csv", dtype=str)
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    labels.iloc[:5000].to_csv(folder / "a.csv", index=False)
+    labels.iloc[5000:][["worker", "item", "label"]].to_csv(folder / "b.csv", index=False)
+    with pytest.raises(
+        InputError,
+        match=r"CSV file '[^']*b\.csv' has the header \['worker', 'item', 'label'\] but .* has \['item', 'worker', 'label'\]",
+    ):
+        run(folder, DATA / "rte" / "truth.csv")
+
+
+def test_csv_folder_whose_second_file_has_another_column_is_refused(run, tmp_path):
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    write_csv(folder / "a.csv", BASIC)
+    write_csv(folder / "b.csv", "item,worker,answer\n4,a,x\n4,b,y\n")
+    with pytest.raises(InputError, match=r"CSV file '[^']*b\.csv' has the header \['item', 'worker', 'answer'\]"):
+        run(folder)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        BASIC + "4,a,x,extra\n",  # one field more than the header
+        "item,worker,label,note\n1,a,x,n\n1,b,y,n,extra\n2,a,y,n\n",  # the same beside an unused column
+        BASIC + "4,a\n",  # one field fewer
+    ],
+    ids=["more", "more-beside-unused-column", "fewer"],
+)
+def test_rows_with_another_number_of_fields_than_the_header_are_refused(run, tmp_path, text):
+    path = write_csv(tmp_path / "l.csv", text)
+    with pytest.raises(InputError, match=r"CSV file '[^']*l\.csv'.* fields"):
+        run(path)
+
+
+def test_quoted_newlines_are_refused(run, tmp_path):
+    path = write_csv(tmp_path / "l.csv", BASIC + '4,a,"two\nlines"\n4,b,y\n')
+    with pytest.raises(InputError, match=r"CSV file '[^']*l\.csv'.*a quoted value spans several lines"):
+        run(path)
+
+
+def test_text_after_a_closing_quote_is_refused(run, tmp_path):
+    path = write_csv(tmp_path / "l.csv", BASIC + '4,a,"x"y\n')
+    with pytest.raises(InputError, match=r"CSV file '[^']*l\.csv'.*closing quote"):
+        run(path)
+
+
+def test_doubled_quotes_and_quoted_commas_read_alike(run, tmp_path):
+    path = write_csv(tmp_path / "l.csv", BASIC + '4,a,"x, ""y"""\n4,b,x\n')
+    summary = run(path)
+    assert summary["classes"] == ["x", 'x, "y"', "y"]
+
+
+@pytest.mark.parametrize("header", ["item,worker,label,label", "item,worker,label,note,note"])
+def test_a_header_naming_a_column_twice_is_refused(run, tmp_path, header):
+    fields = header.count(",") + 1
+    path = write_csv(tmp_path / "l.csv", header + "\n" + "\n".join(
+        ",".join([i, w, lab] + ["n"] * (fields - 3)) for i, w, lab in (("1", "a", "x"), ("1", "b", "y"))))
+    with pytest.raises(InputError, match=r"more than once"):
+        run(path)
+
+
+# --------------------------------------------------------------------------- one canonical text per type
+
+
+def test_parquet_booleans_and_float_ids_have_one_text_on_both_readers(run, tmp_path):
+    frame = pd.DataFrame({
+        "item": [266.0, 266.0, 266.0, 267.0, 267.0, 268.0],
+        "worker": np.array([1, 2, 3, 1, 2, 3], dtype=np.int32),
+        "label": [True, True, False, False, False, True],
+    })
+    path = tmp_path / "labels.parquet"
+    frame.to_parquet(path)
+    gold = write_csv(tmp_path / "gold.csv", "item,truth\n266,true\n267,false\n")
+    summary = run(path, gold)
+    assert summary["classes"] == ["false", "true"]
+    assert summary["metrics"]["n_gold"] == 2 and summary["counts"]["gold_items_without_labels"] == 0
+
+
+def test_json_booleans_and_numbers_keep_their_written_text_on_both_readers(run, tmp_path):
+    path = tmp_path / "labels.json"
+    path.write_text("\n".join([
+        '{"item": 266, "worker": "a", "label": true}',
+        '{"item": 266, "worker": "b", "label": false}',
+        '{"item": 267, "worker": "a", "label": false}',
+        '{"item": 267.0, "worker": "b", "label": false}',
+    ]) + "\n")
+    summary = run(path)
+    assert summary["classes"] == ["false", "true"]
+    assert summary["counts"]["items"] == 3  # 267 and 267.0 are written differently: two items
+
+
+def test_a_json_line_that_is_not_an_object_is_refused(run, tmp_path):
+    path = tmp_path / "labels.json"
+    path.write_text('{"item": 1, "worker": "a", "label": "x"}\n{"item": 2, "worker": "b", label: "y"}\n')
+    with pytest.raises(InputError, match=r"JSON file.*every line must hold one JSON object"):
+        run(path)
+
+
+def test_parquet_files_whose_column_types_differ(run, tmp_path):
+    # pandas reads each file with its own types (the same text either way); Spark reads every file with one
+    # schema and refuses the file it cannot convert, with an InputError naming it
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    pd.DataFrame({"item": [1, 1], "worker": ["a", "b"], "label": ["x", "y"]}).to_parquet(folder / "a.parquet")
+    pd.DataFrame({"item": ["2", "2"], "worker": ["a", "b"], "label": ["y", "y"]}).to_parquet(folder / "b.parquet")
+    try:
+        summary = run(folder)
+    except InputError as exc:
+        assert re.search(r"Parquet file '[^']*\.parquet' has column \[item\] of type .* same column types", str(exc))
+    else:
+        assert summary["counts"]["items"] == 2 and summary["counts"]["labels"] == 4
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ([1.5, 2.0], r"column 'item' has the value 1.5, which is not a whole number"),
+        ([float("nan"), 2.0], r"column 'item' has the value (nan|NaN), which is not a whole number"),
+        ([2.0**53, 2.0], r"column 'item' has the value [^,]+, which is not a whole number below 2\*\*53"),
+        ([datetime(2026, 11, 1), datetime(2026, 11, 2)], r"column 'item' has type timestamp"),
+    ],
+    ids=["fraction", "nan", "too-large", "timestamp"],
+)
+def test_ids_without_a_canonical_text_are_refused(run, tmp_path, values, message):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # written with Arrow, not pandas: pandas would store NaN as null
+    path = tmp_path / "labels.parquet"
+    pq.write_table(pa.table({"item": pa.array(values), "worker": ["a", "b"], "label": ["x", "y"]}), path)
+    with pytest.raises(InputError, match=message):
+        run(path)
+
+
+# --------------------------------------------------------------------------- gold that matches nothing
+
+
+def test_gold_that_matches_no_labelled_item_warns_with_counts_and_a_hint(run, tmp_path, caplog):
+    labels = write_csv(tmp_path / "l.csv", BASIC)
+    gold = write_csv(tmp_path / "g.csv", "item,truth\n1.0,x\n2.0,y\n")
+    with caplog.at_level(logging.WARNING, logger="crowdspark"):
+        summary = run(labels, gold)
+    assert summary["metrics"]["n_gold"] == 0 and summary["counts"]["gold_items_without_labels"] == 2
+    expected = r"none of the 2 gold items .* has a label .*3 labelled items.* gold item '1\.0'.* labelled item '1'"
+    assert any(re.search(expected, w) for w in summary["warnings"]), summary["warnings"]
+    assert any(re.search(expected, r.getMessage()) for r in caplog.records)
+
+
+# --------------------------------------------------------------------------- the pandas API's own input checks
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        [("1", "a", "x"), ("1", "b", "y")],
+        np.array([["1", "a", "x"], ["1", "b", "y"]]),
+        {"item": ["1", "1"], "worker": ["a", "b"], "label": ["x", "y"]},
+        pd.Series(["x", "y"]),
+    ],
+    ids=["list", "ndarray", "dict", "series"],
+)
+def test_api_refuses_what_is_not_a_dataframe(data):
+    from crowdspark.api import DawidSkene
+
+    with pytest.raises(InputError, match=r"pass a pandas DataFrame with columns item, worker, label .*got a "):
+        DawidSkene().fit(data)
+    # the library function under the API says the same in its own terms
+    from crowdspark.runner import aggregate_frames
+
+    with pytest.raises(InputError, match=r"labels at '<DataFrame>' must be a pandas DataFrame, but got a "):
+        aggregate_frames(load_config(engine_name="local"), data)
+
+
+def test_api_refuses_a_frame_with_a_column_named_twice():
+    from crowdspark.api import DawidSkene
+
+    frame = pd.DataFrame([["1", "a", "x", "y"], ["1", "b", "y", "y"]], columns=["item", "worker", "label", "label"])
+    with pytest.raises(InputError, match=r"columns named \['label'\] more than once"):
+        DawidSkene().fit(frame)
+    gold = pd.DataFrame([["1", "x", "x"]], columns=["item", "truth", "truth"])
+    with pytest.raises(InputError, match=r"gold: .*columns named \['truth'\] more than once"):
+        DawidSkene().fit(frame.iloc[:, :3], gold)
+
+
+# --------------------------------------------------------------------------- Spark only: folder names and filters
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("distribute", [False, True], ids=["collected", "distributed"])
+def test_partition_folder_values_are_read_as_text(spark, tmp_path, distribute):
+    # worker=007 and worker=7 are two workers; Spark's partition type inference made both the integer 7
+    for worker, rows in (("007", [("1", "x"), ("2", "y")]), ("7", [("1", "y"), ("2", "y")]), ("8", [("1", "x")])):
+        folder = tmp_path / "lake" / f"worker={worker}"
+        folder.mkdir(parents=True)
+        pd.DataFrame(rows, columns=["item", "label"]).to_parquet(folder / "part.parquet")
+    overrides = ["engine.small_input_bytes=0"] if distribute else []
+    config = load_config(overrides=overrides, algorithm="mv", engine_name="spark")
+    result = aggregate(config, str(tmp_path / "lake"), str(tmp_path / "out"), spark=spark)
+    assert result.summary["counts"]["workers"] == 3
+    assert sorted(pd.read_parquet(tmp_path / "out" / "workers")["worker"]) == ["007", "7", "8"]
+    assert spark.conf.get("spark.sql.sources.partitionColumnTypeInference.enabled") == "true"
+
+
+@pytest.mark.spark
+def test_a_filter_on_a_date_folder_compares_its_text(spark, tmp_path):
+    for day, rows in (("2026-10-31", 3), ("2026-11-01", 4), ("2026-11-02", 5)):
+        folder = tmp_path / "lake" / f"date={day}"
+        folder.mkdir(parents=True)
+        pd.DataFrame({"item": [str(i // 2) for i in range(rows)], "worker": [f"w{i}" for i in range(rows)],
+                      "label": ["x", "y"] * (rows // 2) + ["x"] * (rows % 2)}).to_parquet(folder / "part.parquet")
+    config = load_config(overrides=["input.filter=date >= '2026-11-01'"], algorithm="mv", engine_name="spark")
+    assert aggregate(config, str(tmp_path / "lake"), None, spark=spark).summary["counts"]["labels"] == 9
+
+
+@pytest.mark.spark
+def test_input_filter_is_code_the_job_runs(spark, tmp_path):
+    # why the README says never to build input.filter from untrusted values: it can call Java methods
+    path = write_csv(tmp_path / "l.csv", BASIC)
+    condition = "reflect('java.lang.System', 'getProperty', 'java.version') is not null"
+    config = load_config(overrides=[f"input.filter={condition}"], algorithm="mv", engine_name="spark")
+    assert aggregate(config, str(path), None, spark=spark).summary["counts"]["labels"] == 6
