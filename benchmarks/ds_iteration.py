@@ -21,12 +21,12 @@ import pandas as pd
 
 from benchmarks.common import ds_dataset, machine, median, spark_session, timed_fit
 from crowdspark.config import InputConfig
-from crowdspark.data import prepare_labels
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.spark import SparkEngine
+from crowdspark.io.pandas_reader import prepare_labels
+from crowdspark.io.spark_reader import block_rdd, prepare_labels_spark, read_spark_frame
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.runner import local_blocks
-from crowdspark.spark_data import block_rdd, prepare_labels_spark, read_spark_frame
 
 
 def local_iteration(path: str, iterations: int) -> dict:

@@ -31,9 +31,10 @@ import pandas as pd
 from benchmarks.common import ds_dataset, machine
 from crowdspark.algorithms import build_model
 from crowdspark.config import InputConfig
-from crowdspark.data import prepare_labels
+from crowdspark.io.pandas_reader import prepare_labels
 from crowdspark.rng import uniforms
 from crowdspark.runner import local_blocks
+
 
 def numba_kernels():
     """The two fused kernels, compiled on first use."""

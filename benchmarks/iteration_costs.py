@@ -28,12 +28,11 @@ import pandas as pd
 from benchmarks.common import ds_dataset, machine, median, spark_session, timed_fit
 from crowdspark.algorithms import build_model
 from crowdspark.config import InputConfig
-from crowdspark.data import prepare_labels
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.spark import SparkEngine
+from crowdspark.io.pandas_reader import prepare_labels
+from crowdspark.io.spark_reader import block_rdd, prepare_labels_spark, read_spark_frame
 from crowdspark.runner import local_blocks
-from crowdspark.spark_data import block_rdd, prepare_labels_spark, read_spark_frame
-
 
 # timing names of the samplers' kept sweeps -> the algorithm
 KEPT = {"idbla-kept": "idbla", "fixed-idbla-kept": "fixed-idbla", "bcc-kept": "bcc"}

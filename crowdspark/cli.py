@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = getattr(args, "debug", False)
     configure_logging(debug, getattr(args, "quiet", False))
     if args.command == "algorithms":
-        from crowdspark.algorithms import model_class, algorithm_names, hyperparameters
+        from crowdspark.algorithms import algorithm_names, hyperparameters, model_class
 
         listing = {name: hyperparameters(name) for name in algorithm_names()}
         for name in listing:
@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.exception("run failed")
         print(f"crowdspark: failed: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", file=sys.stderr)
         return EXIT_FAILURE
-    from crowdspark.output import run_directory
+    from crowdspark.io.sink import run_directory
 
     print(_report(summary, run_directory(args.output, args.run_id) if args.run_id else args.output))
     return EXIT_OK

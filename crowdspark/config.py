@@ -14,11 +14,12 @@ lists the known keys.  Every value is brought to the type its dataclass field de
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from crowdspark.algorithms import ALGORITHMS, algorithm_names, check_params, model_class
 from crowdspark.errors import ConfigError

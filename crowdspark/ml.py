@@ -47,10 +47,10 @@ Save format (``model.write().save(path)``, ``CrowdAggregatorModel.load(path)``)
 ------------------------------------------------------------------------------
 ``path/metadata/``
     pyspark.ml's metadata (one JSON line: ``class``, ``uid``, ``paramMap``, ``defaultParamMap``,
-    ``sparkVersion``) plus ``crowdspark``: ``format`` (:data:`crowdspark.persist.FORMAT`), ``summary`` and
+    ``sparkVersion``) plus ``crowdspark``: ``format`` (:data:`crowdspark.io.saved_model.FORMAT`), ``summary`` and
     ``has_items``.
 ``path/model/``
-    The saved model in crowdspark's one format (:mod:`crowdspark.persist`): what the command line writes to
+    The saved model in crowdspark's one format (:mod:`crowdspark.io.saved_model`): what the command line writes to
     a run's ``model/``, so ``--warm-start path`` starts from it, and ``CrowdAggregatorModel.load`` also
     loads a command-line run's output (its Params then come from the saved model).  Models saved in format 1
     (a Parquet table of arrays) still load.
@@ -74,8 +74,6 @@ import pandas as pd
 from pyspark import keyword_only
 from pyspark.ml import Estimator, Model
 from pyspark.ml.param import Param, Params, TypeConverters
-from pyspark.sql import DataFrame, Row
-from pyspark.sql import functions as F
 from pyspark.ml.util import (
     DefaultParamsReadable,
     DefaultParamsReader,
@@ -86,18 +84,21 @@ from pyspark.ml.util import (
     MLWritable,
     MLWriter,
 )
+from pyspark.sql import DataFrame, Row
+from pyspark.sql import functions as F
 
 from crowdspark.algorithms import algorithm_names, build_model, model_parameters
 from crowdspark.block import DEFAULT_MAX_BLOCK_LABELS, build_blocks
 from crowdspark.config import EngineConfig, GoldConfig, InputConfig, RunConfig
-from crowdspark.data import Encoding, encode_rows
 from crowdspark.errors import ConfigError, InputError
+from crowdspark.io.files import files_for
+from crowdspark.io.pandas_reader import encode_rows
+from crowdspark.io.rules import Encoding
+from crowdspark.io.saved_model import FORMAT, MODEL_FOLDER, SavedModel, load_saved_model, model_files
+from crowdspark.io.spark_reader import SparkLabels, prepare_labels_spark
+from crowdspark.io.tables import item_frame, to_jsonable, worker_frame
 from crowdspark.models.base import Model as Kernel
-from crowdspark.marker import files_for
-from crowdspark.output import item_frame, to_jsonable, worker_frame
-from crowdspark.persist import FORMAT, MODEL_FOLDER, SavedModel, load_saved_model, model_files
-from crowdspark.runner import item_schema, Timer, fit_spark_frames
-from crowdspark.spark_data import SparkLabels, prepare_labels_spark
+from crowdspark.runner import Timer, fit_spark_frames, item_schema
 from crowdspark.validation import check_choice, check_int
 
 __all__ = [
@@ -485,7 +486,7 @@ class CrowdAggregatorModel(Model, _CrowdParams, MLReadable, MLWritable):
         Its global parameters (numpy arrays sized by workers, classes and levels).
     initStats : dict
         Summed statistics of the initialization pass.
-    encoding : crowdspark.data.Encoding
+    encoding : crowdspark.io.rules.Encoding
         Worker ids and classes in index order (``encoding.classes`` is the posterior order).
     """
 

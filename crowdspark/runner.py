@@ -10,38 +10,30 @@ import logging
 import os
 import time
 import warnings
-from dataclasses import dataclass, field, fields
-from functools import partial
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pandas as pd
 
 from crowdspark import __version__
-from crowdspark.algorithms import build_model, hyperparameters, model_class, model_parameters
+from crowdspark.algorithms import build_model, model_class, model_parameters
 from crowdspark.block import Block, build_blocks
 from crowdspark.config import RunConfig
-from crowdspark.errors import ConfigError, InputError
-from crowdspark.data import encode_rows, gold_unmatched, is_local, prepare_gold, prepare_labels, read_frame
 from crowdspark.engine.base import Engine
-from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.checkpoint import Checkpointer
+from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import FitResult, WarmStart, finish_fn, fit
 from crowdspark.engine.select import choose_levels, level_plan
+from crowdspark.errors import ConfigError, InputError
+from crowdspark.io.pandas_reader import encode_rows, gold_unmatched, prepare_gold, prepare_labels, read_frame
+from crowdspark.io.paths import is_local
+from crowdspark.io.saved_model import MODEL_FOLDER, SavedModel, load_saved_model, model_files, worker_index_map
+from crowdspark.io.sink import StagedOutput, check_output, make_run_root, run_directory, write_latest
+from crowdspark.io.tables import item_batch, item_frame, worker_frame, write_frame_local
 from crowdspark.metrics import gold_stats, level_error_stats, metrics_from_stats
 from crowdspark.models.base import Model, State
-from crowdspark.output import (
-    StagedOutput,
-    check_output,
-    item_batch,
-    item_frame,
-    make_run_root,
-    run_directory,
-    worker_frame,
-    write_frame_local,
-    write_latest,
-)
-from crowdspark.persist import MODEL_FOLDER, SavedModel, load_saved_model, model_files, worker_index_map
 from crowdspark.stats import Stats
 
 __all__ = ["RunResult", "SparkFit", "aggregate", "aggregate_frames", "fit_spark_frames", "evaluate", "local_blocks"]
@@ -252,7 +244,7 @@ def aggregate(
         File, folder or glob of labels.
     output_dir : str or None
         Destination directory (replaced atomically); ``None`` writes nothing (tests, API).  Refused before
-        anything is read (:func:`crowdspark.output.check_output`) when it is a file, a directory that is
+        anything is read (:func:`crowdspark.io.sink.check_output`) when it is a file, a directory that is
         neither empty nor a crowdspark result (with ``run_id``: a crowdspark run root), or when it is,
         is inside or contains the labels, the gold or ``engine.checkpoint_dir``.
     gold_path : str, optional
@@ -308,7 +300,7 @@ def small_local_input(
     the threshold.  Such a run reads with pandas and fits with the local engine on the driver (the answers
     are the Spark engine's, tested); ``None`` otherwise (and always for ``engine.name = "local"``).
     """
-    from crowdspark.data import is_local, resolve_local_paths
+    from crowdspark.io.paths import is_local, resolve_local_paths
 
     threshold = config.engine.small_input_bytes
     if config.engine.name != "spark" or not threshold or config.input.filter:
@@ -336,7 +328,7 @@ def _hive_partitioned(path: str, files: list[str]) -> bool:
 
 def input_signature(labels_path: str, gold_path: str | None) -> dict[str, Any]:
     """Paths, and for local inputs their number of files, bytes and latest modification time."""
-    from crowdspark.data import is_local, resolve_local_paths
+    from crowdspark.io.paths import is_local, resolve_local_paths
 
     out: dict[str, Any] = {}
     for what, path in (("labels", labels_path), ("gold", gold_path)):
@@ -614,8 +606,12 @@ def fit_spark_frames(
         ``engine.cache_input = "auto"``.
     """
     from crowdspark.engine.spark import SparkEngine
-    from crowdspark.spark_data import (
-        block_rdd, gold_items_without_labels, gold_unmatched_spark, prepare_gold_spark, prepare_labels_spark,
+    from crowdspark.io.spark_reader import (
+        block_rdd,
+        gold_items_without_labels,
+        gold_unmatched_spark,
+        prepare_gold_spark,
+        prepare_labels_spark,
     )
 
     timer = timer or Timer()
@@ -680,7 +676,8 @@ def fit_spark_frames(
 def _aggregate_spark(
     spark, config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, options: RunOptions
 ) -> RunResult:
-    from crowdspark.spark_data import read_spark_frame, resolve_format
+    from crowdspark.io.paths import resolve_format
+    from crowdspark.io.spark_reader import read_spark_frame
 
     timer = Timer()
     input_format = resolve_format(labels_path, config.input.format, "labels")
@@ -711,7 +708,7 @@ def _aggregate_spark(
 
 def _cache_input(config: RunConfig, input_format: str | None) -> bool:
     """Whether Spark caches the label columns for validation and block building (``engine.cache_input``)."""
-    from crowdspark.spark_data import COLUMNAR_FORMATS
+    from crowdspark.io.spark_reader import COLUMNAR_FORMATS
 
     if config.engine.cache_input != "auto":
         return config.engine.cache_input == "on"
@@ -721,7 +718,7 @@ def _cache_input(config: RunConfig, input_format: str | None) -> bool:
 def _small_input(spark, config: RunConfig, raw) -> dict[str, Any] | None:
     """``{"input_bytes", "threshold", "reader": "spark"}`` when the labels are small enough for the driver
     (remote or filtered inputs: Spark reads them), else ``None``."""
-    from crowdspark.spark_data import input_bytes
+    from crowdspark.io.spark_reader import input_bytes
 
     threshold = config.engine.small_input_bytes
     if not threshold or config.input.filter:
@@ -737,7 +734,7 @@ def _aggregate_small(
     options: RunOptions, small: dict[str, int],
 ) -> RunResult:
     """A Spark run on small input: collect the labels (one job) and run the local engine on the driver."""
-    from crowdspark.spark_data import to_pandas_strings
+    from crowdspark.io.spark_reader import to_pandas_strings
 
     log.info(
         "input is %d bytes (< engine.small_input_bytes = %d): collecting it to the driver and fitting with the "
@@ -756,7 +753,7 @@ def _aggregate_small(
 
 
 def _write_model(out: StagedOutput, config: RunConfig, model: Model, params: Any, encoding) -> None:
-    """``model/``: the saved model (:mod:`crowdspark.persist`), what a later run warm starts from."""
+    """``model/``: the saved model (:mod:`crowdspark.io.saved_model`), what a later run warm starts from."""
     saved = SavedModel(config.algorithm, model_parameters(model), encoding.classes, encoding.workers,
                        model.export_params(params))
     for name, data in model_files(saved).items():

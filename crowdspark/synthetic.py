@@ -41,8 +41,9 @@ import pandas as pd
 import pyarrow as pa
 
 from crowdspark.errors import ConfigError
-from crowdspark.marker import DATASET, HadoopFiles, write_marker
-from crowdspark.output import check_replaceable
+from crowdspark.io.files import HadoopFiles
+from crowdspark.io.marker import DATASET, write_marker
+from crowdspark.io.sink import check_replaceable
 from crowdspark.validation import check_float, check_int
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -722,7 +723,7 @@ def write_parquet(
 
     ``path`` and ``truth_path`` must be new or empty directories, or data sets written by this function
     (they carry crowdspark's marker, kind ``synthetic-dataset``), which are replaced; anything else is
-    refused before anything is written (:mod:`crowdspark.marker`).
+    refused before anything is written (:mod:`crowdspark.io.marker`).
 
     Chunks of ``chunk_items`` items are generated in parallel, each from its own random stream keyed by
     (seed, chunk index), so the rows do not depend on ``n_partitions``; they equal the rows of the pandas

@@ -31,7 +31,7 @@ from jobs.reproduce.cli import build_parser, command_line, execute  # noqa: E402
 __all__ = ["build_parser", "log_levels", "main"]
 
 #: the loggers of the reproduction's progress lines
-PROGRESS_LOGGERS = ("jobs.reproduce", "crowdspark.output")
+PROGRESS_LOGGERS = ("jobs.reproduce", "crowdspark.io.sink")
 
 
 def log_levels(quiet: bool, verbose: bool) -> dict[str, int]:

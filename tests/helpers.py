@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from crowdspark.block import Block, build_blocks
-from crowdspark.data import Encoding, order_classes
+from crowdspark.io.rules import Encoding, order_classes
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -1,6 +1,6 @@
 """One canonical text per cell type, identical on the pandas reader and the Spark reader.
 
-The rules of :mod:`crowdspark.cells` are written twice (Arrow and Spark SQL); these tests read the same
+The rules of :mod:`crowdspark.io.cells` are written twice (Arrow and Spark SQL); these tests read the same
 files both ways and compare the strings, and check that both refuse the same values.
 """
 
@@ -16,10 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from crowdspark.cells import canonical_arrow, canonical_values
 from crowdspark.config import load_config
-from crowdspark.data import canonical_frame, read_frame
 from crowdspark.errors import InputError
+from crowdspark.io.cells import canonical_arrow, canonical_values
+from crowdspark.io.pandas_reader import canonical_frame, read_frame
 from crowdspark.runner import aggregate
 
 # --------------------------------------------------------------------------- the Arrow rules
@@ -84,7 +84,7 @@ def test_pandas_columns_of_any_dtype_follow_the_arrow_rules():
 
 
 def _both_readers(spark, path: str, columns: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    from crowdspark.spark_data import canonical_spark_frame, read_spark_frame
+    from crowdspark.io.spark_reader import canonical_spark_frame, read_spark_frame
 
     mapping = {c: c for c in columns}
     by_pandas = canonical_frame(read_frame(path, "auto", "labels"), mapping, "labels", path)
@@ -123,7 +123,7 @@ def test_parquet_of_every_accepted_type_reads_alike(spark, tmp_path):
 @pytest.mark.spark
 @pytest.mark.parametrize("values, message", REFUSED[:7], ids=[str(v.type) + str(i) for i, (v, _) in enumerate(REFUSED[:7])])
 def test_parquet_values_without_canonical_text_are_refused_by_both_readers(spark, tmp_path, values, message):
-    from crowdspark.spark_data import canonical_spark_frame, read_spark_frame, spark_input_errors
+    from crowdspark.io.spark_reader import canonical_spark_frame, read_spark_frame, spark_input_errors
 
     path = str(tmp_path / "refused.parquet")
     pq.write_table(pa.table({"item": values}), path)
@@ -166,7 +166,7 @@ def test_json_lines_read_alike_with_numbers_as_written(spark, tmp_path):
 @pytest.mark.spark
 def test_json_is_refused_where_spark_would_rewrite_its_numbers(spark, tmp_path):
     from crowdspark.errors import ConfigError
-    from crowdspark.spark_data import read_spark_frame
+    from crowdspark.io.spark_reader import read_spark_frame
 
     path = tmp_path / "labels.json"
     path.write_text(JSON_LINES)

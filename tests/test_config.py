@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import tomllib
 import typing
 from dataclasses import fields
 
 import pandas as pd
 import pytest
+import tomllib
 
 from crowdspark.algorithms import algorithm_names, build_model, hyperparameters, model_class
 from crowdspark.config import EngineConfig, GoldConfig, InputConfig, OutputConfig, RunConfig, load_config

@@ -21,7 +21,7 @@ import pytest
 from crowdspark.cli import main
 from crowdspark.config import load_config
 from crowdspark.errors import ConfigError
-from crowdspark.marker import MARKER, overlap, path_components
+from crowdspark.io.marker import MARKER, overlap, path_components
 from crowdspark.runner import aggregate
 from tests.helpers import DATA, frames_to_blocks
 from tests.test_nightly import Killed, _kill_at
@@ -162,7 +162,7 @@ def test_run_roots_have_their_own_marker(tmp_path, capsys):
 
 
 def test_staging_carries_the_marker_until_commit(tmp_path):
-    from crowdspark.output import StagedOutput
+    from crowdspark.io.sink import StagedOutput
 
     out = StagedOutput(str(tmp_path / "out"))
     assert marker(out.staging)["kind"] == "staging" and marker(out.staging)["destination"] == str(tmp_path / "out")
@@ -177,7 +177,7 @@ def test_staging_carries_the_marker_until_commit(tmp_path):
 
 
 def test_a_report_of_an_earlier_version_is_replaced_a_user_folder_is_not(tmp_path):
-    from crowdspark.output import StagedOutput
+    from crowdspark.io.sink import StagedOutput
 
     old = tmp_path / "report"
     old.mkdir()
@@ -217,15 +217,17 @@ def test_glob_overlap_compares_component_by_component(tmp_path):
 @pytest.mark.spark
 def test_output_checks_and_commits_through_hadoop_filesystems(spark, tmp_path, monkeypatch):
     """The Hadoop FileSystem branch (HDFS, S3A ... in production), run on file: URIs."""
-    from crowdspark import marker as marker_module
-    from crowdspark import output as output_module
-    from crowdspark.output import StagedOutput, check_output
+    from crowdspark.io import files as files_module
+    from crowdspark.io import marker as marker_module
+    from crowdspark.io import sink as sink_module
+    from crowdspark.io.sink import StagedOutput, check_output
 
     def remote(path):
         return "://" not in path and not path.startswith("file:")
 
+    monkeypatch.setattr(files_module, "is_local", remote)
     monkeypatch.setattr(marker_module, "is_local", remote)
-    monkeypatch.setattr(output_module, "is_local", remote)
+    monkeypatch.setattr(sink_module, "is_local", remote)
     user = tmp_path / "userdir"
     user.mkdir()
     (user / "notes.txt").write_text("x")
@@ -271,7 +273,7 @@ def test_a_checkpoint_dir_of_the_user_keeps_its_files(tmp_path):
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_checkpoints_are_data_only_files(tmp_path, monkeypatch):
-    from crowdspark.datatree import load_tree
+    from crowdspark.io.datatree import load_tree
 
     cp = tmp_path / "cp"
     config = _checkpointed(tmp_path, cp, "idbla")

@@ -15,8 +15,8 @@ from crowdspark.config import load_config
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import finish_fn, fit
 from crowdspark.models.base import ItemResult
-from crowdspark.models.dawid_skene import DawidSkene, ds_e_step
 from crowdspark.models.common import confusion_counts, vote_counts
+from crowdspark.models.dawid_skene import DawidSkene, ds_e_step
 from crowdspark.runner import aggregate
 from tests.helpers import DATA, by_item, frames_to_blocks
 
@@ -307,7 +307,7 @@ def test_small_input_is_collected_and_gives_the_distributed_answer(spark, tmp_pa
 
 
 def test_input_bytes_is_unknown_for_frames_built_in_memory(spark):
-    from crowdspark.spark_data import input_bytes
+    from crowdspark.io.spark_reader import input_bytes
 
     assert input_bytes(spark, spark.createDataFrame(pd.DataFrame({"a": [1]})), 10) is None
     frame = spark.read.option("header", "true").csv(str(DATA / "temp" / "labels.csv"))

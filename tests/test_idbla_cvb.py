@@ -37,7 +37,6 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 sys.path.insert(0, str(DATA.parent / "scripts" / "experiments"))
 from cvb_sequential import fit_sequential  # noqa: E402
 
-
 # ---------------------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------------------

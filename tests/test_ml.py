@@ -14,8 +14,8 @@ import crowdspark.ml as ml
 from crowdspark.algorithms import algorithm_names
 from crowdspark.api import Aggregator
 from crowdspark.config import load_config
-from crowdspark.data import Encoding
 from crowdspark.errors import ConfigError, InputError
+from crowdspark.io.rules import Encoding
 from crowdspark.ml import (
     BccAggregator,
     CrowdAggregator,
@@ -237,8 +237,8 @@ def test_saved_and_reloaded_model_transforms_identically(labels, models, tmp_pat
 @pytest.mark.parametrize("algorithm", ["ds", "dds"])
 def test_one_saved_model_format_for_warm_start_and_ml(spark, labels, tmp_path, algorithm):
     """A model saved by crowdspark.ml warm starts a command-line run, and crowdspark.ml loads a command-line
-    run's output: both hold the same model/ folder (crowdspark.persist)."""
-    from crowdspark.persist import load_saved_model
+    run's output: both hold the same model/ folder (crowdspark.io.saved_model)."""
+    from crowdspark.io.saved_model import load_saved_model
 
     params = {"n_levels": 2} if algorithm == "dds" else {}
     model = CrowdAggregator(algorithm=algorithm, seed=SEED, algorithmParams=params).fit(labels)

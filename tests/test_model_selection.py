@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from crowdspark.engine.local import LocalEngine
-from crowdspark.errors import ConfigError
 from crowdspark.engine.select import choose_levels, criteria, level_plan
+from crowdspark.errors import ConfigError
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.models.difficulty_ds import DifficultyDawidSkene
 from crowdspark.models.idbla_cvb import IdblaCvb, IdblaCvb0

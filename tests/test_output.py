@@ -1,4 +1,4 @@
-"""The item table built from a block's results (``crowdspark.output.item_batch``)."""
+"""The item table built from a block's results (``crowdspark.io.tables.item_batch``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from crowdspark.io.tables import item_batch, item_frame
 from crowdspark.models.base import ItemResult
-from crowdspark.output import item_batch, item_frame
 
 
 def _result(n: int) -> ItemResult:

@@ -28,7 +28,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 METHODS = ("mv", "ds", "idbla", "idbla:random-init")
 
 
-_LOGGERS = ("", "crowdspark", "jobs.reproduce", "crowdspark.output", "py4j", "matplotlib", "PIL")
+_LOGGERS = ("", "crowdspark", "jobs.reproduce", "crowdspark.io.sink", "py4j", "matplotlib", "PIL")
 
 
 def call_main(argv: list[str]) -> int:

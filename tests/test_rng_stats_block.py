@@ -137,8 +137,8 @@ def test_spark_block_builder_makes_the_local_engines_blocks():
     import pandas as pd
     import pyarrow as pa
 
-    from crowdspark.data import Encoding, order_classes
-    from crowdspark.spark_data import _blocks_from_arrow
+    from crowdspark.io.rules import Encoding, order_classes
+    from crowdspark.io.spark_reader import _blocks_from_arrow
     from tests.helpers import DATA
 
     frame = pd.read_csv(DATA / "rte" / "labels.csv", dtype=str)

@@ -4,7 +4,7 @@ Every ``every`` sweeps the fit loop saves, into ``directory`` (``engine.checkpoi
 
 * ``crowdspark-checkpoint-<sweep>/``: a folder with crowdspark's marker (kind ``checkpoint``, and a
   digest of the run's fingerprint), holding ``driver.npz`` (the global parameters, the history, the
-  initialization statistics and counts, :mod:`crowdspark.datatree`) and, for stateful models,
+  initialization statistics and counts, :mod:`crowdspark.io.datatree`) and, for stateful models,
   ``states/``: the per-item state of every block keyed by the block's first item id, written by the
   engine (the local engine: one ``states.npz``; the Spark engine: a Parquet table of (block, npz bytes));
 * ``crowdspark-checkpoint.json``: which sweep is the checkpoint, and the run's *fingerprint*
@@ -34,19 +34,11 @@ import os
 import re
 from typing import Any
 
-from crowdspark.data import is_local
-from crowdspark.datatree import load_tree, save_tree
 from crowdspark.errors import ConfigError
-from crowdspark.marker import (
-    CHECKPOINT,
-    CHECKPOINT_DIR,
-    MARKER,
-    LocalFiles,
-    delete_owned,
-    read_marker,
-    strip_file_scheme,
-    write_marker,
-)
+from crowdspark.io.datatree import load_tree, save_tree
+from crowdspark.io.files import LocalFiles
+from crowdspark.io.marker import CHECKPOINT, CHECKPOINT_DIR, MARKER, delete_owned, read_marker, write_marker
+from crowdspark.io.paths import is_local, strip_file_scheme
 
 __all__ = ["Checkpointer", "POINTER", "LEGACY_DRIVER_FILE"]
 

@@ -6,9 +6,9 @@ import os
 from typing import Any
 
 from crowdspark.block import Block
-from crowdspark.datatree import load_tree, save_tree
 from crowdspark.engine.base import BlockFn, Engine, ItemFn
 from crowdspark.errors import ConfigError
+from crowdspark.io.datatree import load_tree, save_tree
 from crowdspark.models.base import ItemResult, State
 from crowdspark.stats import Stats, add_stats
 
@@ -40,7 +40,7 @@ class LocalEngine(Engine):
 
     def save_states(self, path: str) -> None:
         """Write every block's state, keyed by the block's first item id, to ``path/states.npz``
-        (:mod:`crowdspark.datatree`: arrays and JSON, no pickle)."""
+        (:mod:`crowdspark.io.datatree`: arrays and JSON, no pickle)."""
         os.makedirs(path, exist_ok=True)
         keyed = {str(b.item_ids[0]): s for b, s in zip(self.blocks, self.states) if b.n_items}
         save_tree(os.path.join(path, "states.npz"), keyed)

@@ -33,7 +33,8 @@ import numpy as np
 
 from crowdspark.block import Block
 from crowdspark.errors import ConfigError
-from crowdspark.marker import SPILL, LocalFiles, delete_owned, read_marker, write_marker
+from crowdspark.io.files import LocalFiles
+from crowdspark.io.marker import SPILL, delete_owned, read_marker, write_marker
 
 __all__ = [
     "BlockHandle",

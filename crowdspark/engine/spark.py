@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from crowdspark.block import Block
-from crowdspark.datatree import tree_from_bytes, tree_to_bytes
 from crowdspark.engine.base import BlockFn, Engine, ItemFn
 from crowdspark.engine.resident import (
     BlockHandle,
@@ -44,6 +43,7 @@ from crowdspark.engine.resident import (
 )
 from crowdspark.engine.session import InjectedTaskFailure, SweepSession
 from crowdspark.errors import ConfigError
+from crowdspark.io.datatree import tree_from_bytes, tree_to_bytes
 from crowdspark.models.base import State
 from crowdspark.stats import Stats, add_stats
 
@@ -178,7 +178,7 @@ class SparkEngine(Engine):
     Parameters
     ----------
     blocks : pyspark.RDD of Block
-        Blocks partitioned by item (see :func:`crowdspark.spark_data.block_rdd`).
+        Blocks partitioned by item (see :func:`crowdspark.io.spark_reader.block_rdd`).
     checkpoint_interval : int
         With one Spark job per sweep, stateful models truncate the lineage every this many sweeps.
     session_sweeps : int
@@ -366,7 +366,7 @@ class SparkEngine(Engine):
 
     def save_states(self, path: str) -> None:
         """Write ``(first item id, state)`` of every block as a Parquet table ``block string, state
-        binary`` (each state an ``.npz`` archive of :mod:`crowdspark.datatree`; no pickle).
+        binary`` (each state an ``.npz`` archive of :mod:`crowdspark.io.datatree`; no pickle).
 
         ``path`` is a path of the driver's filesystem (a shared mount on a cluster), not of Spark's
         default filesystem.

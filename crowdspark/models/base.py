@@ -188,7 +188,7 @@ class Model:
         raise NotImplementedError
 
     def export_params(self, params: Any) -> dict[str, np.ndarray]:
-        """The fitted global parameters a saved model keeps (:mod:`crowdspark.persist`): what
+        """The fitted global parameters a saved model keeps (:mod:`crowdspark.io.saved_model`): what
         :meth:`warm_start` reads and what :meth:`finish_block` needs without per-item state; default: all."""
         return dict(params)
 

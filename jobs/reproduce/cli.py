@@ -17,8 +17,8 @@ from typing import Any
 
 from crowdspark import __version__
 from crowdspark.errors import EXIT_BAD_INPUT, EXIT_OK, ConfigError, CrowdsparkError
-from crowdspark.marker import REPORT
-from crowdspark.output import check_output
+from crowdspark.io.marker import REPORT
+from crowdspark.io.sink import check_output
 from jobs.reproduce.datasets import DEFAULT_DATASETS
 from jobs.reproduce.report import update_doc, write_report
 from jobs.reproduce.runs import ReproduceConfig, Results, load_results, run_experiments

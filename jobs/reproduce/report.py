@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from crowdspark.errors import ConfigError
-from crowdspark.marker import REPORT
-from crowdspark.output import StagedOutput
+from crowdspark.io.marker import REPORT
+from crowdspark.io.sink import StagedOutput
 from jobs.reproduce.aggregates import aggregate_records
 from jobs.reproduce.claims import check_claims
 from jobs.reproduce.figures import write_figures

@@ -18,17 +18,17 @@ import warnings
 from functools import partial
 from pathlib import Path
 
+import _data
 import numpy as np
 import pandas as pd
+from cvb_sequential import fit_sequential
 
-import _data
 from crowdspark.block import Block
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import finish_fn, fit
 from crowdspark.models.base import Model
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.models.idbla_cvb import IdblaCvb, IdblaCvb0
-from cvb_sequential import fit_sequential
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 

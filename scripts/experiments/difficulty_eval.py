@@ -43,8 +43,8 @@ from _data import load  # noqa: E402
 from crowdspark.block import Block, build_blocks  # noqa: E402
 from crowdspark.engine.local import LocalEngine  # noqa: E402
 from crowdspark.engine.loop import finish_fn, fit  # noqa: E402
-from crowdspark.models.dawid_skene import DawidSkene  # noqa: E402
 from crowdspark.engine.select import choose_levels  # noqa: E402
+from crowdspark.models.dawid_skene import DawidSkene  # noqa: E402
 from crowdspark.models.difficulty_ds import DifficultyDawidSkene  # noqa: E402
 from crowdspark.models.idbla_gibbs import Bcc, FixedIdbla, IdblaGibbs  # noqa: E402
 from crowdspark.models.majority_vote import MajorityVote  # noqa: E402

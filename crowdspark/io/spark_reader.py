@@ -1,9 +1,11 @@
-"""Reading, validating and encoding labels with Spark, and building the cached RDD of blocks.
+"""The Spark reader: files and DataFrames to validated string columns, and the RDD of blocks.
 
-The rules and messages are those of :mod:`crowdspark.data`; here they are computed with Spark
+The rules and messages are those of :mod:`crowdspark.io.rules`; here they are computed with Spark
 aggregations, so that nothing item-level is collected to the driver.  What reaches the driver is sized by
-workers and classes: the distinct workers (to number them), the distinct labels (refused beyond about
-:data:`crowdspark.data.MAX_CLASSES` + 1 of them are ever fetched), and counts.
+workers and classes: the distinct workers (to number them), the distinct labels (refused beyond
+:data:`crowdspark.io.rules.MAX_CLASSES`; no more than that + 1 of them are ever fetched), and counts.  A
+Spark job that fails because of the data (a bad header, a malformed record, a value without canonical text)
+becomes the same ``InputError`` the pandas reader raises.
 
 Blocks are built on the executors: labels are left-joined with gold, repartitioned by item (so every label
 of an item lands in one partition), and each partition is encoded in Arrow (worker and class codes,
@@ -27,9 +29,11 @@ import numpy as np
 import pandas as pd
 
 from crowdspark.block import Block
-from crowdspark.cells import SPARK_ERROR_END, SPARK_ERROR_START, canonical_spark
 from crowdspark.config import GoldConfig, InputConfig
-from crowdspark.data import (
+from crowdspark.errors import ConfigError, InputError
+from crowdspark.io.cells import SPARK_ERROR_END, SPARK_ERROR_START, canonical_spark
+from crowdspark.io.paths import resolve_format
+from crowdspark.io.rules import (
     MAX_CLASSES,
     Encoding,
     check_columns,
@@ -41,19 +45,28 @@ from crowdspark.data import (
     gold_conflict_error,
     gold_outside_error,
     gold_unmatched_warning,
-    infer_format,
-    is_local,
     json_line_error,
     missing_columns_error,
     null_error,
-    resolve_local_paths,
 )
-from crowdspark.errors import ConfigError, InputError
 
 __all__ = [
-    "read_spark_frame", "resolve_format", "COLUMNAR_FORMATS", "CSV_OPTIONS", "JSON_OPTIONS", "SparkLabels",
-    "prepare_labels_spark", "prepare_gold_spark", "block_rdd", "input_bytes", "to_pandas_strings",
-    "canonical_spark_frame", "input_error_from_spark", "spark_input_errors", "gold_unmatched_spark",
+    "COLUMNAR_FORMATS",
+    "CSV_OPTIONS",
+    "JSON_OPTIONS",
+    "read_spark_frame",
+    "input_error_from_spark",
+    "spark_input_errors",
+    "input_bytes",
+    "canonical_spark_frame",
+    "to_pandas_strings",
+    "SparkLabels",
+    "prepare_labels_spark",
+    "SparkGold",
+    "prepare_gold_spark",
+    "block_rdd",
+    "gold_items_without_labels",
+    "gold_unmatched_spark",
 ]
 
 log = logging.getLogger(__name__)
@@ -64,13 +77,7 @@ log = logging.getLogger(__name__)
 COLUMNAR_FORMATS = ("parquet", "orc")
 
 
-def resolve_format(path: str, fmt: str, what: str) -> str:
-    """``fmt``, or with ``"auto"`` the format inferred from the files' extensions (local paths checked)."""
-    files = resolve_local_paths(path, what) if is_local(path) else None
-    return infer_format(path, files, what) if fmt == "auto" else fmt
-
-
-#: CSV as the pandas reader reads it (:func:`crowdspark.data.read_csv_file`): every column a string; every
+#: CSV as the pandas reader reads it (:func:`crowdspark.io.pandas_reader.read_csv_file`): every column a string; every
 #: file's header checked against the input's by name (``enforceSchema=false``); a record with more or fewer
 #: fields than the header, or with text after a closing quote, fails the read (``FAILFAST``, with every
 #: field parsed: ``columnPruning=false``, else extra fields beside unused columns go unseen); RFC 4180
@@ -86,7 +93,9 @@ CSV_OPTIONS = {
     "unescapedQuoteHandling": "RAISE_ERROR",
     "multiLine": "false",
 }
-#: JSON lines as text (:func:`crowdspark.data.read_json_file`): numbers and booleans keep the text written in
+
+
+#: JSON lines as text (:func:`crowdspark.io.pandas_reader.read_json_file`): numbers and booleans keep the text written in
 #: the file (Spark 4 parses JSON strings exactly), a line that is not JSON fails the read
 JSON_OPTIONS = {"primitivesAsString": "true", "mode": "FAILFAST"}
 
@@ -135,9 +144,6 @@ def _partition_values_as_text(spark):
         spark.conf.set(_PARTITION_TYPES, previous)
 
 
-# --------------------------------------------------------------------------- Spark failures caused by the data
-
-
 def _error_chain(exc: BaseException) -> str:
     """The messages of a Spark failure and of its JVM causes, one per line (no stack frames)."""
     lines = [str(exc).split("\n\tat ", 1)[0]]
@@ -157,7 +163,7 @@ def _failed_file(text: str) -> str | None:
 def input_error_from_spark(exc: BaseException, what: str, source: str) -> InputError | None:
     """The ``InputError`` behind a failed Spark read or job, or ``None`` when the failure is not the data's.
 
-    Recognized: a value the canonical text refuses (:func:`crowdspark.cells.canonical_spark`), a CSV header
+    Recognized: a value the canonical text refuses (:func:`crowdspark.io.cells.canonical_spark`), a CSV header
     other than the input's, a malformed CSV or JSON record, broken CSV quoting, Parquet files whose column
     types differ, a file that is not Parquet.
     """
@@ -241,7 +247,7 @@ def input_bytes(spark, frame, limit: int) -> int | None:
 
 
 def canonical_spark_frame(frame, columns: dict[str, str], what: str, source: str):
-    """The canonical text of the configured columns (:func:`crowdspark.cells.canonical_spark`), lazily.
+    """The canonical text of the configured columns (:func:`crowdspark.io.cells.canonical_spark`), lazily.
 
     Parameters
     ----------
@@ -263,7 +269,7 @@ def canonical_spark_frame(frame, columns: dict[str, str], what: str, source: str
 
 def to_pandas_strings(frame, columns: list[str], what: str, source: str) -> pd.DataFrame:
     """Collect the canonical text of ``columns`` to the driver (nulls stay missing), as the pandas reader
-    of :mod:`crowdspark.data` returns them.
+    of :mod:`crowdspark.io.rules` returns them.
 
     Raises
     ------
@@ -287,7 +293,7 @@ class SparkLabels:
 
 
 def _check_columns(frame, cols: dict[str, str], what: str, source: str, prefix: str) -> None:
-    """:func:`crowdspark.data.check_columns`, with a hint where Spark renamed a repeated CSV header name
+    """:func:`crowdspark.io.rules.check_columns`, with a hint where Spark renamed a repeated CSV header name
     (``label`` twice becomes ``label2`` and ``label3``)."""
     present = list(frame.columns)
     renamed = [c for c in cols.values() if c not in present and any(re.fullmatch(re.escape(c) + r"\d+", p) for p in present)]
@@ -300,7 +306,7 @@ def _check_columns(frame, cols: dict[str, str], what: str, source: str, prefix: 
 
 
 def prepare_labels_spark(frame, cfg: InputConfig, source: str, persist: bool = True) -> SparkLabels:
-    """Validate a labels DataFrame and build its encoding (see :func:`crowdspark.data.prepare_labels`).
+    """Validate a labels DataFrame and build its encoding (see :func:`crowdspark.io.pandas_reader.prepare_labels`).
 
     With ``persist`` the selected columns are cached (``MEMORY_AND_DISK``) so that validation and block
     building read the input once; the caller unpersists ``frame`` when the blocks are built.
@@ -362,7 +368,7 @@ class SparkGold:
 
 
 def prepare_gold_spark(frame, cfg: GoldConfig, classes: list[str], source: str) -> SparkGold:
-    """Validate a gold DataFrame (see :func:`crowdspark.data.prepare_gold`)."""
+    """Validate a gold DataFrame (see :func:`crowdspark.io.pandas_reader.prepare_gold`)."""
     from pyspark.sql import functions as F
 
     cols = {"item": cfg.item, "truth": cfg.truth}
@@ -469,7 +475,7 @@ def gold_items_without_labels(labels: SparkLabels, gold: SparkGold) -> int:
 
 
 def gold_unmatched_spark(labels: SparkLabels, gold: SparkGold, without_labels: int) -> str | None:
-    """The warning of :func:`crowdspark.data.gold_unmatched_warning` when no gold item has a label, else
+    """The warning of :func:`crowdspark.io.rules.gold_unmatched_warning` when no gold item has a label, else
     ``None`` (two one-row jobs for the examples, one job counting the labelled items, only then)."""
     if not gold.n_items or without_labels < gold.n_items:
         return None

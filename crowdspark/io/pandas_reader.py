@@ -1,184 +1,49 @@
-"""Reading, validating and encoding labels and gold (the rules, and their pandas implementation).
+"""The pandas reader: local files, and frames passed in, to validated string columns and their encoding.
 
-Every id and label is a string, the same whichever reader ran: CSV and JSON lines are read as the text
-written in the file (a CSV record is one line; quoting is RFC 4180), typed columns (Parquet, frames passed
-in) by the rules of :mod:`crowdspark.cells` (``266`` and ``266.0`` in a Parquet column are the item
-``"266"``, booleans are ``"true"``/``"false"``).  The rules below are shared with the Spark reader
-(:mod:`crowdspark.spark_data`), which computes the same counts with Spark and raises the same messages.
-
-What is an error (``InputError``, naming the column, value and fix): missing or repeated columns; an
-unreadable or empty path; CSV files of one input with different headers, a CSV row with more or fewer
-fields than its header, a quoted value spanning lines, broken quoting; a JSON line that is not an object;
-an id or label without canonical text (a fractional float, a date ...); empty input; null
-item/worker/label; a label outside the configured class set; fewer than two classes; more than
-:data:`MAX_CLASSES` distinct labels; gold with missing columns, null values, an item given two different
-truths, or a truth outside the class set.
-
-What is accepted and counted in the run summary: duplicate (item, worker) pairs (every label is kept as an
-independent label); gold rows repeated with the same truth (collapsed); gold items without any label (not
-scored; a warning when no gold item has a label); classes of a configured class set that no label uses.
+It applies the rules of :mod:`crowdspark.io.rules`: CSV and JSON lines are read as text with Python's own
+parsers (strict RFC 4180 quoting, one record per line), Parquet with its Arrow types made canonical by
+:mod:`crowdspark.io.cells`.
 """
 
 from __future__ import annotations
 
-import glob as _glob
-import os
-from operator import itemgetter, methodcaller
 from dataclasses import dataclass
-from functools import cached_property
-from pathlib import Path
+from operator import itemgetter, methodcaller
 
 import numpy as np
 import pandas as pd
 
-from crowdspark.cells import canonical_values
 from crowdspark.config import GoldConfig, InputConfig
 from crowdspark.errors import InputError
+from crowdspark.io.cells import canonical_values
+from crowdspark.io.paths import infer_format, resolve_local_paths
+from crowdspark.io.rules import (
+    Encoding,
+    check_columns,
+    csv_header_error,
+    csv_quote_error,
+    csv_row_error,
+    decide_classes,
+    duplicate_columns_error,
+    gold_conflict_error,
+    gold_outside_error,
+    gold_unmatched_warning,
+    json_line_error,
+    null_error,
+)
 
 __all__ = [
-    "MAX_CLASSES",
-    "Encoding",
-    "order_classes",
-    "resolve_local_paths",
-    "infer_format",
     "read_frame",
     "read_csv_file",
     "read_json_file",
-    "missing_columns_error",
-    "duplicate_columns_error",
-    "check_columns",
-    "csv_row_error",
-    "csv_quote_error",
-    "csv_header_error",
-    "json_line_error",
     "canonical_frame",
-    "gold_unmatched_warning",
-    "gold_unmatched",
-    "decide_classes",
+    "Labels",
     "prepare_labels",
+    "Gold",
     "prepare_gold",
+    "gold_unmatched",
     "encode_rows",
 ]
-
-MAX_CLASSES = 1000
-_EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "json"}
-
-
-@dataclass(frozen=True)
-class Encoding:
-    """Dense integer codes of workers and classes.
-
-    Attributes
-    ----------
-    workers : tuple of str, length K
-        Worker id of each worker index (sorted).
-    classes : tuple of str, length C
-        Class of each class index; the order of every posterior column.
-    """
-
-    workers: tuple[str, ...]
-    classes: tuple[str, ...]
-
-    @property
-    def n_workers(self) -> int:
-        return len(self.workers)
-
-    @property
-    def n_classes(self) -> int:
-        return len(self.classes)
-
-    @cached_property
-    def _worker_index(self) -> pd.Index:
-        return pd.Index(self.workers)
-
-    @cached_property
-    def _class_index(self) -> pd.Index:
-        return pd.Index(self.classes)
-
-    def worker_codes(self, values: np.ndarray) -> np.ndarray:
-        """Worker index of each id (``-1`` for an unknown id), shape (m,)."""
-        return self._worker_index.get_indexer(values).astype(np.int32)
-
-    def class_codes(self, values: np.ndarray) -> np.ndarray:
-        """Class index of each label (``-1`` for an unknown or missing label), shape (m,)."""
-        return self._class_index.get_indexer(values).astype(np.int32)
-
-    def __getstate__(self) -> dict:
-        # ship ids only; the pandas indexes are rebuilt where they are used
-        return {"workers": self.workers, "classes": self.classes}
-
-    def __setstate__(self, state: dict) -> None:
-        object.__setattr__(self, "workers", state["workers"])
-        object.__setattr__(self, "classes", state["classes"])
-
-
-def order_classes(values: list[str]) -> list[str]:
-    """Numeric order when every value is a number, else string order."""
-    try:
-        return sorted(values, key=lambda v: (float(v), v))
-    except ValueError:
-        return sorted(values)
-
-
-# --------------------------------------------------------------------------- paths and formats
-
-_SCHEME_PREFIXES = ("file:",)
-
-
-def is_local(path: str) -> bool:
-    """Whether ``path`` is on the local filesystem (no URI scheme, or ``file:``)."""
-    return "://" not in path or path.startswith(_SCHEME_PREFIXES)
-
-
-def _strip_file_scheme(path: str) -> str:
-    return path[len("file://") :] if path.startswith("file://") else path
-
-
-def resolve_local_paths(path: str, what: str) -> list[str]:
-    """Data files behind a local file, folder or glob (hidden and ``_``-prefixed files skipped).
-
-    Raises
-    ------
-    InputError
-        If nothing readable is there.
-    """
-    local = _strip_file_scheme(path)
-    if any(ch in local for ch in "*?["):
-        files = sorted(p for p in _glob.glob(local, recursive=True) if os.path.isfile(p))
-    elif os.path.isdir(local):
-        files = sorted(
-            str(p)
-            for p in Path(local).rglob("*")
-            if p.is_file() and not any(part.startswith(("_", ".")) for part in p.relative_to(local).parts)
-        )
-    elif os.path.isfile(local):
-        files = [local]
-    else:
-        raise InputError(f"cannot read {what}: path {path!r} does not exist. Check the path (--{what} PATH).")
-    files = [f for f in files if not os.path.basename(f).startswith(("_", "."))]
-    if not files:
-        raise InputError(f"cannot read {what}: {path!r} matches no data file. Check the path (--{what} PATH).")
-    unreadable = [f for f in files if not os.access(f, os.R_OK)]
-    if unreadable:
-        raise InputError(f"cannot read {what}: {unreadable[0]!r} is not readable (check its permissions).")
-    return files
-
-
-def infer_format(path: str, files: list[str] | None, what: str) -> str:
-    """The format of ``path`` from its files' extensions (or its own name when files are unknown)."""
-    names = files if files else [path]
-    formats = set()
-    for name in names:
-        base = name[:-3] if name.endswith((".gz", ".bz2")) else name
-        fmt = _EXTENSIONS.get(os.path.splitext(base)[1].lower())
-        formats.add(fmt)
-    if len(formats) == 1 and None not in formats:
-        return formats.pop()
-    found = sorted(str(f) for f in formats)
-    raise InputError(
-        f"cannot infer the format of {what} at {path!r} (found {', '.join(found)}); "
-        f"set it with --set {'input' if what == 'labels' else 'gold'}.format=csv|parquet|json"
-    )
 
 
 def read_frame(path: str, fmt: str, what: str) -> pd.DataFrame:
@@ -355,90 +220,8 @@ def _check_same_header(parts: list[tuple[str, pd.DataFrame]], what: str, source:
             raise csv_header_error(what, source, name, list(part.columns), f"file {first!r}", reference)
 
 
-# --------------------------------------------------------------------------- shared rules
-
-def missing_columns_error(
-    what: str, source: str, missing: list[str], present: list[str], keys: list[str], hint: str = ""
-) -> InputError:
-    """The message for columns that are not there."""
-    keys_hint = ", ".join(f"{k}=<column>" for k in keys)
-    return InputError(
-        f"{what} at {source!r} has no column(s) {missing}; present columns: {present}. {hint}"
-        f"Name the right columns with --set {keys_hint} (crowd-kit data: --set input.item=task)."
-    )
-
-
-def duplicate_columns_error(what: str, source: str, repeated: list[str], where: str = "") -> InputError:
-    """The message for a frame or a CSV header that names a column more than once."""
-    return InputError(
-        f"{what} at {source!r}: {where or 'the data'} has columns named {repeated} more than once; "
-        "give every column its own name."
-    )
-
-
-def check_columns(present: list, columns: dict[str, str], what: str, source: str, prefix: str) -> None:
-    """The configured ``columns`` (role -> name) are each present once in ``present``.
-
-    Raises
-    ------
-    InputError
-        Naming the missing columns and the present ones, or the repeated ones.
-    """
-    missing = [c for c in columns.values() if c not in present]
-    if missing:
-        raise missing_columns_error(
-            what, source, missing, [str(c) for c in present], [f"{prefix}.{k}" for k in columns]
-        )
-    repeated = [c for c in dict.fromkeys(columns.values()) if list(present).count(c) > 1]
-    if repeated:
-        raise duplicate_columns_error(what, source, repeated)
-
-
-_CSV_FIX = (
-    "Every row must have as many fields as the header, a value with a comma or a quote must be quoted "
-    "(\"a, \"\"b\"\"\" for a, \"b\"), and values must not hold line breaks: both readers read CSV one line "
-    "per record."
-)
-
-
-def _file(kind: str, name: str | None) -> str:
-    return f"{kind} file {name!r}" if name else f"a {kind} file"
-
-
-def csv_row_error(what: str, source: str, name: str | None, detail: str) -> InputError:
-    """The message for a CSV record that does not fit the header (field count or a line break)."""
-    return InputError(f"{what} at {source!r}: {_file('CSV', name)}, {detail}. {_CSV_FIX}")
-
-
-def csv_quote_error(what: str, source: str, name: str | None, detail: str) -> InputError:
-    """The message for a CSV value whose quoting is broken (text after a closing quote, an unclosed quote)."""
-    return InputError(
-        f"{what} at {source!r}: {_file('CSV', name)} has a value with broken quoting ({detail}): text after a "
-        f"closing quote, or a quote that is never closed. {_CSV_FIX}"
-    )
-
-
-def csv_header_error(
-    what: str, source: str, name: str, header: list[str], reference: str, expected: list[str]
-) -> InputError:
-    """The message for a CSV file whose header is not that of the input's other files."""
-    return InputError(
-        f"{what} at {source!r}: CSV file {name!r} has the header {header} but {reference} has {expected}; "
-        "the files of one input are read with one header, so they must all have the same column names in "
-        "the same order. Rewrite the file with that header (or give it as a separate input)."
-    )
-
-
-def json_line_error(what: str, source: str, name: str | None, detail: str) -> InputError:
-    """The message for a JSON-lines record that is not one JSON object."""
-    return InputError(
-        f"{what} at {source!r}: {_file('JSON', name)}, {detail}; every line must hold one JSON object "
-        "(JSON lines, not a JSON array)."
-    )
-
-
 def canonical_frame(frame: pd.DataFrame, columns: dict[str, str], what: str, source: str) -> pd.DataFrame:
-    """The canonical text of the configured columns (see :mod:`crowdspark.cells`).
+    """The canonical text of the configured columns (see :mod:`crowdspark.io.cells`).
 
     Parameters
     ----------
@@ -453,69 +236,6 @@ def canonical_frame(frame: pd.DataFrame, columns: dict[str, str], what: str, sou
         One object column of ``str`` (``None`` where null) per role.
     """
     return pd.DataFrame({role: canonical_values(frame[column], what, source, column) for role, column in columns.items()})
-
-
-def gold_unmatched_warning(
-    source: str, n_gold: int, n_items: int, gold_example: str | None, label_example: str | None
-) -> str:
-    """The warning for gold that names none of the labelled items (no metrics can be computed)."""
-    return (
-        f"none of the {n_gold} gold items at {source!r} has a label among the {n_items} labelled items, so "
-        f"no metrics are computed; ids are compared as text: e.g. gold item {gold_example!r}, labelled item "
-        f"{label_example!r}. Write the ids the same way in both inputs (266.0 and 266 are different ids in "
-        "a CSV or JSON file; a float Parquet column holding whole numbers is read as integers)."
-    )
-
-
-def null_error(what: str, source: str, column: str, count: int) -> InputError:
-    return InputError(
-        f"{what} at {source!r}: column {column!r} has {count} null value(s); every row needs an item, "
-        f"a worker and a label. Remove or fill these rows before running."
-    )
-
-
-def decide_classes(observed: list[str], configured: tuple[str, ...], source: str, label_column: str) -> list[str]:
-    """The class set of a run from the distinct labels and the configuration.
-
-    Raises
-    ------
-    InputError
-        For labels outside a configured class set, too many distinct labels, or fewer than two classes.
-    """
-    if configured:
-        outside = sorted(set(observed) - set(configured))
-        if outside:
-            raise InputError(
-                f"labels at {source!r}: column {label_column!r} has value(s) {outside[:10]} outside the "
-                f"configured classes {list(configured)}. Add them to input.classes or fix the data."
-            )
-        classes = list(configured)
-    else:
-        if len(observed) > MAX_CLASSES:
-            raise InputError(
-                f"labels at {source!r}: column {label_column!r} has {len(observed)} distinct values "
-                f"(more than {MAX_CLASSES}); is it the label column? Set --set input.label=<column>."
-            )
-        classes = order_classes(list(observed))
-    if len(classes) < 2:
-        raise InputError(
-            f"labels at {source!r} have a single class {classes}; aggregation needs at least two classes. "
-            "If the task has other classes, list them all with --set input.classes='[\"a\", \"b\"]'."
-        )
-    return classes
-
-
-def gold_outside_error(source: str, column: str, values: list[str], classes: list[str]) -> InputError:
-    return InputError(
-        f"gold at {source!r}: column {column!r} has value(s) {values[:10]} outside the class set {classes}. "
-        "Fix the gold file or add the classes to input.classes."
-    )
-
-
-def gold_conflict_error(source: str, item: str, n: int) -> InputError:
-    return InputError(
-        f"gold at {source!r}: item {item!r} has {n} different truth values; keep one row per item."
-    )
 
 
 def _check_frame(frame: object, what: str, source: str) -> None:

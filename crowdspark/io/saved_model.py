@@ -8,7 +8,7 @@ A saved model is a folder (``<run output>/model/`` on the command line, ``<path>
   order), ``workers`` (the worker id of each worker index);
 * ``params.npz``: the model's :meth:`~crowdspark.models.base.Model.export_params` (everything a warm start
   reads and everything ``finish_block`` needs without per-item state; sizes depend on workers, classes and
-  levels only), as a :mod:`crowdspark.datatree` archive, read with ``allow_pickle=False``;
+  levels only), as a :mod:`crowdspark.io.datatree` archive, read with ``allow_pickle=False``;
 * ``init_stats.npz`` (optional): the summed statistics of the initialization pass, the same way.
 
 ``--warm-start``, ``crowdspark.ml``'s ``CrowdAggregatorModel.load`` and checkpoints (which keep the fit's
@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from crowdspark import __version__
-from crowdspark.datatree import tree_from_bytes, tree_to_bytes
 from crowdspark.errors import InputError
-from crowdspark.marker import Files, files_for
+from crowdspark.io.datatree import tree_from_bytes, tree_to_bytes
+from crowdspark.io.files import Files, files_for
 
 __all__ = [
     "FORMAT",

@@ -1,7 +1,7 @@
 """The canonical text of a cell of an id or label column, identical on every reader.
 
 Items, workers, labels and gold truths are strings inside crowdspark.  Text formats (CSV, JSON lines) are
-read as the text written in the file (see :mod:`crowdspark.data`); typed columns (Parquet, DataFrames passed
+read as the text written in the file (see :mod:`crowdspark.io.rules`); typed columns (Parquet, DataFrames passed
 in) are turned into text by one rule per type:
 
 =================  ==========================================================  ===========================
@@ -49,7 +49,7 @@ __all__ = [
 #: floats are exact integers below this bound (2**53); larger or fractional floats are refused
 MAX_EXACT_INTEGER = 2.0**53
 #: around the message of a value the Spark expression refuses, so that the driver can find it in the
-#: failed job's error (:func:`crowdspark.spark_data.input_error_from_spark`)
+#: failed job's error (:func:`crowdspark.io.spark_reader.input_error_from_spark`)
 SPARK_ERROR_START = "<crowdspark-input-error>"
 SPARK_ERROR_END = "</crowdspark-input-error>"
 

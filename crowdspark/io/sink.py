@@ -1,4 +1,4 @@
-"""Writing results so that a failed run never leaves a directory that looks complete.
+"""Writing a run's result directory so that a failed run never leaves a directory that looks complete.
 
 Everything is first written into a staging directory beside the destination
 (``<dir>.crowdspark-staging-<id>``, marked as ``staging`` from its creation); ``summary.json`` is written
@@ -8,24 +8,14 @@ directory; a killed one leaves only a directory whose name and marker say it is 
 mistaken for a result.  Local paths use ``os.rename``; other filesystems (HDFS, S3A ...) use Hadoop's
 ``FileSystem.rename`` through the SparkContext.
 
-What may be replaced follows the deletion rule of :mod:`crowdspark.marker`: :func:`check_output` refuses,
+What may be replaced follows the deletion rule of :mod:`crowdspark.io.marker`: :func:`check_output` refuses,
 before a run reads anything, an ``--output`` that is a file, a directory that is neither empty nor a
 crowdspark result (or, with ``--run-id``, a run root), and one that is, is inside or contains an input;
 :meth:`StagedOutput.commit` checks the destination again before it moves it aside.
 
-Tables written under the output directory:
-
-* ``items/``: ``item`` (string), ``label`` (string), ``confidence`` (double, the posterior of ``label``),
-  ``posterior`` (array<double> in the order of ``summary.json``'s ``classes``) and model extras
-  (``level``, ``level_posterior`` ...).
-* ``workers/``: ``worker`` (string), ``n_labels`` (long), ``accuracy`` (double), ``confusion``
-  (array<array<double>>, row = true class, column = given label) and model extras.
-* ``model/``: the fitted global parameters and the encoding, for warm starts (:mod:`crowdspark.persist`).
-
-With a run id, results go to ``<output>/run_id=<id>/`` and ``<output>/_LATEST.json`` is moved to the new
-run only after it is complete.
-
-Parquet by default; with ``output.format = "csv"`` array columns are written as JSON strings.
+A result holds ``items/`` and ``workers/`` (:mod:`crowdspark.io.tables`), ``model/``
+(:mod:`crowdspark.io.saved_model`) and ``summary.json``.  With a run id, results go to
+``<output>/run_id=<id>/`` and ``<output>/_LATEST.json`` is moved to the new run only after it is complete.
 """
 
 from __future__ import annotations
@@ -36,144 +26,35 @@ import os
 import uuid
 from typing import Any
 
-import numpy as np
-import pandas as pd
-
-from crowdspark.data import is_local
 from crowdspark.errors import ConfigError
-from crowdspark.marker import (
+from crowdspark.io.files import Files, HadoopFiles, files_for
+from crowdspark.io.marker import (
     RESULT,
     RUN_ROOT,
     STAGING,
-    Files,
-    HadoopFiles,
     delete_owned,
     describe,
-    files_for,
     is_empty_dir,
     overlap,
     owned_kind,
     path_components,
     read_marker,
-    strip_file_scheme,
     write_marker,
 )
-from crowdspark.models.base import ItemResult
+from crowdspark.io.paths import is_local, strip_file_scheme
+from crowdspark.io.tables import to_jsonable
 
 __all__ = [
     "StagedOutput",
-    "check_output",
     "check_replaceable",
     "check_run_root",
     "make_run_root",
+    "check_output",
     "run_directory",
     "write_latest",
-    "item_batch",
-    "item_frame",
-    "worker_frame",
-    "write_frame_local",
-    "to_jsonable",
 ]
 
 log = logging.getLogger(__name__)
-
-
-def to_jsonable(value: Any) -> Any:
-    """numpy scalars/arrays and NaN -> plain JSON values (NaN and inf become None)."""
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return to_jsonable(value.tolist())
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        return value if np.isfinite(value) else None
-    return value
-
-
-def _list_array(values: np.ndarray):
-    """An array (n, ...) as an Arrow list array of n rows, each row flattened (no Python object per row)."""
-    import pyarrow as pa
-
-    values = np.ascontiguousarray(values, dtype=np.float64)
-    n = values.shape[0]
-    width = int(np.prod(values.shape[1:]))
-    offsets = pa.array(np.arange(0, n * width + 1, width, dtype=np.int32))
-    return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1)))
-
-
-# numpy dtype of the scalar extras' Spark types (``Model.item_extras``), so that batches match the schema
-_SCALAR_DTYPES = {"int": np.int32, "long": np.int64, "double": np.float64}
-
-
-def item_batch(
-    item_ids: np.ndarray,
-    result: ItemResult,
-    classes: list[str] | tuple[str, ...],
-    extras: dict[str, str] | None = None,
-):
-    """One block's per-item results as an Arrow record batch (the ``items/`` table's columns).
-
-    Array columns (``posterior`` (n, C), 2-D extras) become Arrow lists built from the flat numpy
-    values; measured 20x faster than going through pandas columns of Python lists.  ``extras`` (the
-    model's ``item_extras``, name -> Spark type) fixes the type of scalar extras.
-    """
-    import pyarrow as pa
-
-    n = len(item_ids)
-    label = np.asarray(result.label, dtype=np.int64)
-    columns = {
-        "item": pa.array(np.asarray(item_ids, dtype=object), type=pa.string()),
-        "label": pa.array(np.asarray(classes, dtype=object)[label], type=pa.string()),
-        "confidence": pa.array(result.posterior[np.arange(n), label], type=pa.float64()),
-        "posterior": _list_array(result.posterior),
-    }
-    for name, values in result.extra.items():
-        values = np.asarray(values)
-        if values.ndim > 1:
-            columns[name] = _list_array(values)
-        else:
-            dtype = _SCALAR_DTYPES.get((extras or {}).get(name, ""))
-            columns[name] = pa.array(values if dtype is None else values.astype(dtype))
-    return pa.RecordBatch.from_pydict(columns)
-
-
-def item_frame(item_ids: np.ndarray, result: ItemResult, classes: list[str] | tuple[str, ...]) -> pd.DataFrame:
-    """:func:`item_batch` as a pandas DataFrame (array columns hold numpy arrays)."""
-    return item_batch(item_ids, result, classes).to_pandas()
-
-
-def worker_frame(workers: tuple[str, ...], table: dict[str, np.ndarray]) -> pd.DataFrame:
-    """The worker table (columns of length K) as a DataFrame; nested arrays become nested lists."""
-    data: dict[str, Any] = {"worker": np.asarray(workers, dtype=object)}
-    for name, values in table.items():
-        values = np.asarray(values)
-        data[name] = values.tolist() if values.ndim > 1 else values
-    return pd.DataFrame(data)
-
-
-def _csv_ready(frame: pd.DataFrame) -> pd.DataFrame:
-    out = frame.copy()
-    for column in out.columns:
-        if len(out) and isinstance(out[column].iloc[0], (list, np.ndarray)):
-            out[column] = [json.dumps(to_jsonable(v)) for v in out[column]]
-    return out
-
-
-def write_frame_local(frame: pd.DataFrame, directory: str, fmt: str) -> None:
-    """Write a pandas table as a one-file dataset directory (``part-00000.<fmt>``)."""
-    os.makedirs(directory, exist_ok=True)
-    if fmt == "csv":
-        _csv_ready(frame).to_csv(os.path.join(directory, "part-00000.csv"), index=False)
-    else:
-        frame = frame.copy()
-        for column in frame.columns:
-            if len(frame) and isinstance(frame[column].iloc[0], np.ndarray):
-                frame[column] = [v.tolist() for v in frame[column]]
-        frame.to_parquet(os.path.join(directory, "part-00000.parquet"), index=False)
 
 
 class StagedOutput:
@@ -266,7 +147,7 @@ def check_replaceable(files: Files, destination: str, kind: str = RESULT, flag: 
     """Refuse a destination a run must not replace.
 
     It may be missing, an empty directory, or a crowdspark directory of ``kind`` (marked, or recognised
-    as written by an earlier version, :func:`crowdspark.marker.legacy_kind`).  ``flag`` names the option
+    as written by an earlier version, :func:`crowdspark.io.marker.legacy_kind`).  ``flag`` names the option
     that gave the path, for the messages.
 
     Raises

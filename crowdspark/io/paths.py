@@ -1,0 +1,91 @@
+"""Local paths, URIs and file formats of the inputs: which data files a path names, and their format.
+
+A path with no URI scheme, or ``file:``, is local; anything else (``hdfs://``, ``s3a://`` ...) is read by
+Spark.  Files and folders whose name starts with ``_`` or ``.`` are not data (Spark's ``_SUCCESS``, our
+markers, checksum files).
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import os
+from pathlib import Path
+
+from crowdspark.errors import InputError
+
+__all__ = [
+    "is_local",
+    "strip_file_scheme",
+    "resolve_local_paths",
+    "infer_format",
+    "resolve_format",
+]
+
+
+_EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "json"}
+
+
+_SCHEME_PREFIXES = ("file:",)
+
+
+def is_local(path: str) -> bool:
+    """Whether ``path`` is on the local filesystem (no URI scheme, or ``file:``)."""
+    return "://" not in path or path.startswith(_SCHEME_PREFIXES)
+
+
+def strip_file_scheme(path: str) -> str:
+    """``path`` without a leading ``file://``."""
+    return path[len("file://") :] if path.startswith("file://") else path
+
+
+def resolve_local_paths(path: str, what: str) -> list[str]:
+    """Data files behind a local file, folder or glob (hidden and ``_``-prefixed files skipped).
+
+    Raises
+    ------
+    InputError
+        If nothing readable is there.
+    """
+    local = strip_file_scheme(path)
+    if any(ch in local for ch in "*?["):
+        files = sorted(p for p in _glob.glob(local, recursive=True) if os.path.isfile(p))
+    elif os.path.isdir(local):
+        files = sorted(
+            str(p)
+            for p in Path(local).rglob("*")
+            if p.is_file() and not any(part.startswith(("_", ".")) for part in p.relative_to(local).parts)
+        )
+    elif os.path.isfile(local):
+        files = [local]
+    else:
+        raise InputError(f"cannot read {what}: path {path!r} does not exist. Check the path (--{what} PATH).")
+    files = [f for f in files if not os.path.basename(f).startswith(("_", "."))]
+    if not files:
+        raise InputError(f"cannot read {what}: {path!r} matches no data file. Check the path (--{what} PATH).")
+    unreadable = [f for f in files if not os.access(f, os.R_OK)]
+    if unreadable:
+        raise InputError(f"cannot read {what}: {unreadable[0]!r} is not readable (check its permissions).")
+    return files
+
+
+def infer_format(path: str, files: list[str] | None, what: str) -> str:
+    """The format of ``path`` from its files' extensions (or its own name when files are unknown)."""
+    names = files if files else [path]
+    formats = set()
+    for name in names:
+        base = name[:-3] if name.endswith((".gz", ".bz2")) else name
+        fmt = _EXTENSIONS.get(os.path.splitext(base)[1].lower())
+        formats.add(fmt)
+    if len(formats) == 1 and None not in formats:
+        return formats.pop()
+    found = sorted(str(f) for f in formats)
+    raise InputError(
+        f"cannot infer the format of {what} at {path!r} (found {', '.join(found)}); "
+        f"set it with --set {'input' if what == 'labels' else 'gold'}.format=csv|parquet|json"
+    )
+
+
+def resolve_format(path: str, fmt: str, what: str) -> str:
+    """``fmt``, or with ``"auto"`` the format inferred from the files' extensions (local paths checked)."""
+    files = resolve_local_paths(path, what) if is_local(path) else None
+    return infer_format(path, files, what) if fmt == "auto" else fmt

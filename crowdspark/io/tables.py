@@ -1,0 +1,127 @@
+"""The output tables: per-item results as Arrow batches, the worker table, and writing tables as Parquet or CSV.
+
+* ``items/``: ``item`` (string), ``label`` (string), ``confidence`` (double, the posterior of ``label``),
+  ``posterior`` (array<double> in the order of ``summary.json``'s ``classes``) and model extras
+  (``level``, ``level_posterior`` ...).
+* ``workers/``: ``worker`` (string), ``n_labels`` (long), ``accuracy`` (double), ``confusion``
+  (array<array<double>>, row = true class, column = given label) and model extras.
+
+Parquet by default; with ``output.format = "csv"`` array columns are written as JSON strings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from crowdspark.models.base import ItemResult
+
+__all__ = [
+    "to_jsonable",
+    "item_batch",
+    "item_frame",
+    "worker_frame",
+    "write_frame_local",
+]
+
+
+def to_jsonable(value: Any) -> Any:
+    """numpy scalars/arrays and NaN -> plain JSON values (NaN and inf become None)."""
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return to_jsonable(value.tolist())
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if np.isfinite(value) else None
+    return value
+
+
+def _list_array(values: np.ndarray):
+    """An array (n, ...) as an Arrow list array of n rows, each row flattened (no Python object per row)."""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    n = values.shape[0]
+    width = int(np.prod(values.shape[1:]))
+    offsets = pa.array(np.arange(0, n * width + 1, width, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1)))
+
+
+# numpy dtype of the scalar extras' Spark types (``Model.item_extras``), so that batches match the schema
+_SCALAR_DTYPES = {"int": np.int32, "long": np.int64, "double": np.float64}
+
+
+def item_batch(
+    item_ids: np.ndarray,
+    result: ItemResult,
+    classes: list[str] | tuple[str, ...],
+    extras: dict[str, str] | None = None,
+):
+    """One block's per-item results as an Arrow record batch (the ``items/`` table's columns).
+
+    Array columns (``posterior`` (n, C), 2-D extras) become Arrow lists built from the flat numpy
+    values; measured 20x faster than going through pandas columns of Python lists.  ``extras`` (the
+    model's ``item_extras``, name -> Spark type) fixes the type of scalar extras.
+    """
+    import pyarrow as pa
+
+    n = len(item_ids)
+    label = np.asarray(result.label, dtype=np.int64)
+    columns = {
+        "item": pa.array(np.asarray(item_ids, dtype=object), type=pa.string()),
+        "label": pa.array(np.asarray(classes, dtype=object)[label], type=pa.string()),
+        "confidence": pa.array(result.posterior[np.arange(n), label], type=pa.float64()),
+        "posterior": _list_array(result.posterior),
+    }
+    for name, values in result.extra.items():
+        values = np.asarray(values)
+        if values.ndim > 1:
+            columns[name] = _list_array(values)
+        else:
+            dtype = _SCALAR_DTYPES.get((extras or {}).get(name, ""))
+            columns[name] = pa.array(values if dtype is None else values.astype(dtype))
+    return pa.RecordBatch.from_pydict(columns)
+
+
+def item_frame(item_ids: np.ndarray, result: ItemResult, classes: list[str] | tuple[str, ...]) -> pd.DataFrame:
+    """:func:`item_batch` as a pandas DataFrame (array columns hold numpy arrays)."""
+    return item_batch(item_ids, result, classes).to_pandas()
+
+
+def worker_frame(workers: tuple[str, ...], table: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The worker table (columns of length K) as a DataFrame; nested arrays become nested lists."""
+    data: dict[str, Any] = {"worker": np.asarray(workers, dtype=object)}
+    for name, values in table.items():
+        values = np.asarray(values)
+        data[name] = values.tolist() if values.ndim > 1 else values
+    return pd.DataFrame(data)
+
+
+def _csv_ready(frame: pd.DataFrame) -> pd.DataFrame:
+    out = frame.copy()
+    for column in out.columns:
+        if len(out) and isinstance(out[column].iloc[0], (list, np.ndarray)):
+            out[column] = [json.dumps(to_jsonable(v)) for v in out[column]]
+    return out
+
+
+def write_frame_local(frame: pd.DataFrame, directory: str, fmt: str) -> None:
+    """Write a pandas table as a one-file dataset directory (``part-00000.<fmt>``)."""
+    os.makedirs(directory, exist_ok=True)
+    if fmt == "csv":
+        _csv_ready(frame).to_csv(os.path.join(directory, "part-00000.csv"), index=False)
+    else:
+        frame = frame.copy()
+        for column in frame.columns:
+            if len(frame) and isinstance(frame[column].iloc[0], np.ndarray):
+                frame[column] = [v.tolist() for v in frame[column]]
+        frame.to_parquet(os.path.join(directory, "part-00000.parquet"), index=False)
