@@ -436,3 +436,59 @@ def test_a_failure_of_the_session_server_fails_map_reduce(spark, monkeypatch):
     finally:
         within(120, session.close)  # the tasks are refused, so the job fails and ends
     assert session.failed
+
+
+class _DriverOnTheLan:
+    """A SparkContext whose ``spark.driver.host`` is a LAN address (as without ``SPARK_LOCAL_IP``)."""
+
+    def __init__(self, sc, host: str) -> None:
+        self._sc, self._host = sc, host
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sc, name)
+
+    def getConf(self):
+        return self._sc.getConf().set("spark.driver.host", self._host)
+
+
+@pytest.mark.spark
+def test_a_session_on_a_local_master_listens_on_loopback_only(spark, caplog):
+    """Even when ``spark.driver.host`` is a LAN address (192.0.2.1: documentation range, not this machine)."""
+    from crowdspark.engine.spark import SparkEngine
+
+    blocks, _ = _temp_blocks()
+    engine = SparkEngine(spark.sparkContext.parallelize(blocks, 2), sweep_mode="session")
+    engine.sc = _DriverOnTheLan(engine.sc, "192.0.2.1")
+    try:
+        engine.begin_sweeps(stateful=False)
+        with caplog.at_level(logging.INFO, logger="crowdspark.engine.session"):
+            stats = within(60, lambda: engine.map_reduce(_count_labels, None, stateful=False))
+        assert engine.session_report()["sessions"] == 1
+    finally:
+        within(60, engine.close)
+    assert stats["n"] == sum(b.n_labels for b in blocks)
+    assert any(f"listening on {LOOPBACK}:" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("master", "conf", "expected"),
+    [
+        ("local[2]", {"spark.driver.host": "10.0.0.5"}, (LOOPBACK, LOOPBACK)),
+        ("local-cluster[2,1,1024]", {"spark.driver.host": "10.0.0.5"}, (LOOPBACK, LOOPBACK)),
+        ("yarn", {"spark.driver.host": "10.0.0.5"}, ("10.0.0.5", "10.0.0.5")),
+        ("k8s://https://api:6443", {"spark.driver.host": "driver-svc", "spark.driver.bindAddress": "10.1.2.3"},
+         ("10.1.2.3", "driver-svc")),
+    ],
+)
+def test_session_addresses_are_the_narrowest_that_work(master, conf, expected):
+    from crowdspark.engine.spark import session_addresses
+
+    assert session_addresses(master, conf) == expected
+
+
+def test_session_addresses_need_the_driver_host_on_a_cluster():
+    from crowdspark.engine.spark import session_addresses
+    from crowdspark.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="spark.driver.host is not set on the master 'yarn'.*engine.sweep_mode=jobs"):
+        session_addresses("yarn", {})
