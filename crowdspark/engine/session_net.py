@@ -205,8 +205,8 @@ def connect(address: tuple[str, int], key: bytes, partition: int, attempt_id: in
     Raises
     ------
     SessionError
-        The server cannot be reached, or does not complete the handshake (it does not know the key): no
-        frame of it is read.
+        The server cannot be reached, or the handshake fails (one side does not hold the key, a deadline
+        passed, the connection broke): nothing the server sent is deserialized.
     """
     host, port = address
     try:
@@ -225,8 +225,9 @@ def connect(address: tuple[str, int], key: bytes, partition: int, attempt_id: in
     except _HANDSHAKE_FAILURES as error:
         sock.close()
         raise SessionError(
-            f"the sweep session at {host}:{port} did not prove that it knows the session key ({error!r}); "
-            "refusing it (nothing it sent was deserialized)"
+            f"the handshake with the driver's sweep session at {host}:{port} failed ({error!r}): the server or "
+            "this task does not hold the session key, or the connection broke; nothing the server sent was "
+            "deserialized"
         ) from error
     return Channel(sock)
 
