@@ -236,31 +236,6 @@ def test_sweep_session_survives_a_task_failure(spark):
     assert len(retried.history) == len(clean.history)
 
 
-def test_sweep_session_rejects_a_connection_without_its_secret(spark):
-    import socket
-
-    from crowdspark.engine.session import SweepSession, _frame, _receive
-    from crowdspark.engine.spark import _with_empty_state
-
-    blocks, enc = frames_to_blocks(pd.read_csv(DATA / "temp" / "labels.csv", dtype=str))
-    session = SweepSession(spark.sparkContext.parallelize(blocks, 1).map(_with_empty_state), "127.0.0.1")
-    try:
-        intruder = socket.create_connection(session.address)
-        intruder.sendall(_frame(("hello", "not-the-secret", 0, 10**9)))
-        with pytest.raises(EOFError):
-            _receive(intruder)  # closed by the driver without an answer
-        intruder.close()
-        model = DawidSkene(enc.n_workers, enc.n_classes)
-        stats = session.map_reduce(partial(_count_labels, model), None)
-        assert stats["n"] == sum(b.n_labels for b in blocks)
-    finally:
-        session.close()
-
-
-def _count_labels(model, block, state, value):
-    return state, {"n": block.n_labels}
-
-
 def test_small_input_is_collected_and_gives_the_distributed_answer(spark, tmp_path):
     from crowdspark.runner import RunOptions, _aggregate_spark
 
@@ -342,18 +317,20 @@ def test_session_refuses_a_reply_to_another_request():
     statistics added to the sweep."""
     import socket
 
-    from crowdspark.engine.session import SessionError, SweepSession, _frame, _receive
+    from crowdspark.engine.session import SessionError, _exchange
+    from crowdspark.engine.session_net import Channel, encode
 
-    driver, task = socket.socketpair()
+    driver_sock, task_sock = socket.socketpair()
+    driver, task = Channel(driver_sock), Channel(task_sock)
     try:
-        task.sendall(_frame(("stats", 6, {"n": np.array(1.0)})))  # the answer to an older request
-        request = _frame(("run", 7, None, None, False))
+        task.send(("stats", 6, {"n": np.array(1.0)}))  # the answer to an older request
+        request = encode(("run", 7, None, None, False))
         with pytest.raises(SessionError, match=r"task 0 answered request 6 to request 7"):
-            SweepSession._exchange(None, [driver], 7, request, request)
-        assert _receive(task)[1] == 7  # the request itself went out
-        task.sendall(_frame(("stats", 8, {"n": np.array(1.0)})))
-        request = _frame(("run", 8, None, None, False))
-        replies = SweepSession._exchange(None, [driver], 8, request, request)
+            _exchange([driver], 7, request, request)
+        assert task.receive()[1] == 7  # the request itself went out
+        task.send(("stats", 8, {"n": np.array(1.0)}))
+        request = encode(("run", 8, None, None, False))
+        replies = _exchange([driver], 8, request, request)
         assert replies[0][1] == 8
     finally:
         driver.close()

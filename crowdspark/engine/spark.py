@@ -52,6 +52,7 @@ __all__ = ["SparkEngine"]
 log = logging.getLogger(__name__)
 
 _BLOCK = 0
+_LOOPBACK = "127.0.0.1"
 _STATS = 1
 #: a stateful session ends early when the requests it keeps for a replay exceed this (driver memory)
 _MAX_REPLAY_BYTES = 256 * 1024 * 1024
@@ -172,6 +173,41 @@ def _identity(key: int) -> int:
     return key
 
 
+def session_addresses(master: str, conf) -> tuple[str, str]:
+    """Where a sweep session's server listens and where its tasks connect: the narrowest address that works.
+
+    On a local master (``local``, ``local[n]``, ``local-cluster[...]``) every executor runs on this machine,
+    so both are the loopback address.  Otherwise the server listens on ``spark.driver.bindAddress`` if it is
+    set, else on ``spark.driver.host``, and the tasks connect to ``spark.driver.host`` (the address Spark
+    tells executors).
+
+    Parameters
+    ----------
+    master : str
+        ``SparkContext.master``.
+    conf : pyspark.SparkConf
+        The context's configuration.
+
+    Returns
+    -------
+    (bind, host) : tuple of str
+
+    Raises
+    ------
+    ConfigError
+        A cluster master without ``spark.driver.host``.
+    """
+    if master.startswith("local"):
+        return _LOOPBACK, _LOOPBACK
+    host = conf.get("spark.driver.host")
+    if not host:
+        raise ConfigError(
+            f"spark.driver.host is not set on the master {master!r}: sweep sessions need the address executors "
+            "reach the driver at; set spark.driver.host, or set engine.sweep_mode=jobs"
+        )
+    return conf.get("spark.driver.bindAddress") or host, host
+
+
 class SparkEngine(Engine):
     """Holds the blocks as a cached RDD.
 
@@ -274,9 +310,10 @@ class SparkEngine(Engine):
         # a barrier stage cannot narrow-coalesce its parent (SPARK-24820): more partitions than slots are
         # regrouped by a shuffle of the cached elements (only small handles in resident mode)
         rdd = self._current if self._current.getNumPartitions() == tasks else _regroup(self._current, tasks)
-        host = self.sc.getConf().get("spark.driver.host", "127.0.0.1")
+        bind, host = session_addresses(self.sc.master, self.sc.getConf())
         self._session = SweepSession(
-            rdd, host, stateful=stateful, storage=self._storage, inject_task_failure=self.inject_task_failure,
+            rdd, host, bind=bind, stateful=stateful, storage=self._storage,
+            inject_task_failure=self.inject_task_failure,
         )
         self._sessions_run += 1
         return self._session

@@ -1,0 +1,424 @@
+"""The sweep session's network side: a driver server that admits only holders of the session key, and channels.
+
+Nothing here knows Spark; :mod:`crowdspark.engine.session` runs the barrier job over it.
+
+**Handshake.**  A task connects to the :class:`SessionServer` and is admitted in two steps, neither of which
+deserializes anything:
+
+1. mutual authentication with the session key (:func:`new_key`, 32 random bytes): the driver checks that the
+   task knows the key, then the task checks that the driver does
+   (:func:`multiprocessing.connection.deliver_challenge` and
+   :func:`~multiprocessing.connection.answer_challenge`: an HMAC of a random message; every handshake message
+   longer than 256 bytes is refused before it is read);
+2. the task's hello: a fixed 16-byte struct (partition id, task attempt id).
+
+Each connection shakes hands in its own thread under a deadline (:data:`HANDSHAKE_SECONDS`): a peer that
+sends nothing or garbage is logged (warning) and dropped, and never delays another connection.  At most
+:data:`MAX_HANDSHAKES` run at once; connections beyond that are closed at once (with a warning).  Any other
+error in the server's threads is kept in :attr:`SessionServer.error` and raised by
+:meth:`SessionServer.channels` as a :class:`SessionError`, and the server stops listening.
+
+**Frames.**  After the handshake, both sides exchange frames over a :class:`Channel`: an 8-byte length and
+a pickle (protocol 5) of at most :data:`MAX_FRAME_BYTES`.  Frames are not encrypted and not individually
+authenticated: whoever can inject into an established TCP connection between the driver and a task can
+make either side unpickle its data (see ``docs/security.md``).  :class:`Channel` is the only code that
+reads or writes frames, so TLS or a per-frame HMAC is a change to it alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import secrets
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import AuthenticationError, Connection, answer_challenge, deliver_challenge
+from typing import Any
+
+__all__ = [
+    "SessionError", "Channel", "SessionServer", "connect", "new_key", "encode",
+    "HANDSHAKE_SECONDS", "MAX_HANDSHAKES", "MAX_FRAME_BYTES",
+]
+
+log = logging.getLogger(__name__)
+
+#: a connection that has not completed its handshake after this many seconds is dropped
+HANDSHAKE_SECONDS = 30.0
+#: handshakes in progress at once; connections beyond are closed at once
+MAX_HANDSHAKES = 64
+#: largest frame either side reads after the handshake (a larger length means a broken stream)
+MAX_FRAME_BYTES = 1 << 32
+_KEY_BYTES = 32
+_HEADER = struct.Struct("!Q")
+_HELLO = struct.Struct("!qq")  # partition id, task attempt id
+#: payloads up to this size go out in one write with their header (as multiprocessing.connection does)
+_JOIN_BELOW = 16384
+_POLL_SECONDS = 0.5
+#: what a peer that does not complete the handshake makes it raise (answer_challenge asserts on a message
+#: that is not a challenge)
+_HANDSHAKE_FAILURES = (OSError, EOFError, AuthenticationError, AssertionError)
+
+
+class SessionError(RuntimeError):
+    """The sweep session failed: its Spark job, its server, or its protocol (the message says which)."""
+
+
+def new_key() -> bytes:
+    """A fresh random session key (32 bytes)."""
+    return secrets.token_bytes(_KEY_BYTES)
+
+
+def encode(obj: Any) -> bytes:
+    """The payload of a frame holding ``obj`` (a pickle, protocol 5); one payload may go to many channels."""
+    return pickle.dumps(obj, protocol=5)
+
+
+def _read_exact(sock: socket.socket, n: int) -> bytearray:
+    buffer = bytearray(n)
+    view = memoryview(buffer)
+    done = 0
+    while done < n:
+        got = sock.recv_into(view[done:], n - done)
+        if got == 0:
+            raise EOFError("connection closed")
+        done += got
+    return buffer
+
+
+class Channel:
+    """An authenticated connection: frames of pickles, both ways.
+
+    Parameters
+    ----------
+    sock : socket.socket
+        A connected, blocking socket whose peer has completed the handshake.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def send(self, obj: Any) -> None:
+        self.send_payload(encode(obj))
+
+    def send_payload(self, payload: bytes) -> None:
+        """Send a frame holding ``payload`` (from :func:`encode`), without copying a large payload.
+
+        Raises
+        ------
+        SessionError
+            ``payload`` is above :data:`MAX_FRAME_BYTES` (nothing is sent).
+        """
+        if len(payload) > MAX_FRAME_BYTES:
+            raise SessionError(
+                f"sweep session: a frame of {len(payload)} bytes is above the limit of {MAX_FRAME_BYTES} bytes; "
+                "set engine.sweep_mode=jobs for a model this large"
+            )
+        header = _HEADER.pack(len(payload))
+        if len(payload) < _JOIN_BELOW:
+            self._sock.sendall(header + payload)
+        else:
+            self._sock.sendall(header)
+            self._sock.sendall(payload)
+
+    def receive(self) -> Any:
+        """The next frame's object.
+
+        Raises
+        ------
+        EOFError, OSError
+            The connection was closed or broke.
+        SessionError
+            The frame's length is above :data:`MAX_FRAME_BYTES` (nothing of it is read).
+        """
+        (size,) = _HEADER.unpack(_read_exact(self._sock, _HEADER.size))
+        if size > MAX_FRAME_BYTES:
+            raise SessionError(
+                f"sweep session: a frame of {size} bytes announced, above the limit of {MAX_FRAME_BYTES} bytes; "
+                "the stream is broken (a bug: please report it)"
+            )
+        return pickle.loads(_read_exact(self._sock, size))
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class _Deadline:
+    """Shuts ``sock`` down (waking any read or write blocked on it) if the ``with`` block outlives ``seconds``.
+
+    The block then raises :class:`TimeoutError`, whatever it did.
+    """
+
+    def __init__(self, sock: socket.socket, seconds: float) -> None:
+        self._sock = sock
+        self._seconds = seconds
+        self._lock = threading.Lock()
+        self._ended = False
+        self._expired = False
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._ended:
+                return
+            self._expired = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # closed already
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._timer.cancel()
+        with self._lock:
+            self._ended = True
+            expired = self._expired
+        if expired:
+            raise TimeoutError(f"no complete handshake within {self._seconds:g} s")
+
+
+def _authenticate(sock: socket.socket, key: bytes, *, server: bool) -> None:
+    """Mutual challenge-response over ``sock`` (blocking): the server checks the client first."""
+    connection = Connection(sock.dup().detach())
+    try:
+        if server:
+            deliver_challenge(connection, key)
+            answer_challenge(connection, key)
+        else:
+            answer_challenge(connection, key)
+            deliver_challenge(connection, key)
+    finally:
+        connection.close()
+
+
+def connect(address: tuple[str, int], key: bytes, partition: int, attempt_id: int,
+            handshake_seconds: float = HANDSHAKE_SECONDS) -> Channel:
+    """Task side: connect to the session's server, authenticate both ways, say hello.
+
+    Raises
+    ------
+    SessionError
+        The server cannot be reached, or the handshake fails (one side does not hold the key, a deadline
+        passed, the connection broke): nothing the server sent is deserialized.
+    """
+    host, port = address
+    try:
+        sock = socket.create_connection(address, timeout=handshake_seconds)
+    except OSError as error:
+        raise SessionError(
+            f"cannot reach the driver's sweep session at {host}:{port} ({error}); the session has ended (a cached "
+            "sweep was recomputed after it) or executors cannot connect to the driver's host: set "
+            "engine.sweep_mode=jobs"
+        ) from error
+    try:
+        sock.settimeout(None)
+        with _Deadline(sock, handshake_seconds):
+            _authenticate(sock, key, server=False)
+            sock.sendall(_HELLO.pack(partition, attempt_id))
+    except _HANDSHAKE_FAILURES as error:
+        sock.close()
+        raise SessionError(
+            f"the handshake with the driver's sweep session at {host}:{port} failed ({error!r}): the server or "
+            "this task does not hold the session key, or the connection broke; nothing the server sent was "
+            "deserialized"
+        ) from error
+    return Channel(sock)
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+class SessionServer:
+    """The driver's server: admits the tasks that complete the handshake, one channel per partition.
+
+    A channel from a newer task attempt replaces the partition's older one; after :meth:`forget_all`, only
+    attempts newer than every one seen so far are admitted (the tasks of a restarted stage).
+
+    Parameters
+    ----------
+    host : str
+        Address to listen on (port chosen by the system).
+    key : bytes
+        The session key (:func:`new_key`).
+    n_partitions : int
+        Tasks say which partition they hold, in ``[0, n_partitions)``.
+    handshake_seconds : float
+        Deadline of a connection's handshake.
+    """
+
+    def __init__(self, host: str, key: bytes, n_partitions: int,
+                 handshake_seconds: float = HANDSHAKE_SECONDS) -> None:
+        self.n_partitions = n_partitions
+        self.handshake_seconds = handshake_seconds
+        self._key = key
+        self._listener = socket.create_server((host, 0), family=_family(host))
+        self._listener.settimeout(_POLL_SECONDS)
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Condition()
+        self._channels: dict[int, Channel] = {}
+        self._handshakes = 0
+        self._min_attempt_id = -1  # attempts up to this id belong to failed stage attempts
+        self._seen_attempt_id = -1
+        self._to_all: bytes | None = None
+        self._closed = False
+        self.error: BaseException | None = None
+        self._acceptor = threading.Thread(target=self._accept_loop, name="crowdspark-session-accept", daemon=True)
+        self._acceptor.start()
+
+    # threads
+
+    def _accept_loop(self) -> None:
+        try:
+            while not self._closed and self.error is None:
+                try:
+                    sock, peer = self._listener.accept()
+                except TimeoutError:
+                    continue
+                except OSError:
+                    if self._closed or self.error is not None:
+                        return  # the listener was closed
+                    raise
+                self._start_handshake(sock, peer)
+        except BaseException as error:  # kept for channels(): the session cannot admit tasks any more
+            self._fail(error)
+
+    def _start_handshake(self, sock: socket.socket, peer: Any) -> None:
+        with self._lock:
+            full = self._handshakes >= MAX_HANDSHAKES
+            if not full:
+                self._handshakes += 1
+        if full:
+            log.warning("sweep session: dropped a connection from %s: %d handshakes in progress already",
+                        _name(peer), MAX_HANDSHAKES)
+            sock.close()
+            return
+        try:
+            threading.Thread(target=self._handshake, args=(sock, peer), name="crowdspark-session-handshake",
+                             daemon=True).start()
+        except BaseException:
+            with self._lock:
+                self._handshakes -= 1
+            sock.close()
+            raise
+
+    def _handshake(self, sock: socket.socket, peer: Any) -> None:
+        try:
+            try:
+                sock.settimeout(None)
+                with _Deadline(sock, self.handshake_seconds):
+                    _authenticate(sock, self._key, server=True)
+                    partition, attempt_id = _HELLO.unpack(_read_exact(sock, _HELLO.size))
+            except _HANDSHAKE_FAILURES as error:
+                log.warning("sweep session: dropped a connection from %s that did not complete the handshake "
+                            "(%r)", _name(peer), error)
+                sock.close()
+                return
+            self._admit(Channel(sock), partition, attempt_id)
+        except BaseException as error:  # kept for channels()
+            sock.close()
+            self._fail(error)
+        finally:
+            with self._lock:
+                self._handshakes -= 1
+
+    def _admit(self, channel: Channel, partition: int, attempt_id: int) -> None:
+        if not 0 <= partition < self.n_partitions:
+            channel.close()
+            raise SessionError(
+                f"sweep session: an authenticated task said it holds partition {partition}, outside "
+                f"[0, {self.n_partitions}) (a bug: please report it)"
+            )
+        with self._lock:
+            if self._closed or attempt_id <= self._min_attempt_id:
+                channel.close()  # a late task, or one of a failed stage attempt
+                return
+            old = self._channels.pop(partition, None)
+            if old is not None:
+                old.close()
+            self._channels[partition] = channel
+            self._seen_attempt_id = max(self._seen_attempt_id, attempt_id)
+            if self._to_all is not None:
+                _send_quietly(channel, self._to_all)
+            self._lock.notify_all()
+
+    def _fail(self, error: BaseException) -> None:
+        with self._lock:  # the listener is closed before any waiter sees the error
+            first = self.error is None
+            if first:
+                self.error = error
+            self._listener.close()  # tasks that connect from now on are refused at once
+            self._lock.notify_all()
+        if first:
+            log.error("sweep session: the server failed; the session cannot admit tasks any more",
+                      exc_info=(type(error), error, error.__traceback__))
+
+    # the session's calls
+
+    def channels(self, check: Callable[[], None] | None = None) -> list[Channel]:
+        """The channels of partitions ``0 .. n_partitions - 1``, once every partition has one.
+
+        ``check`` runs at every wake-up (at least every 0.5 s, and after :meth:`wake`) and may raise.
+
+        Raises
+        ------
+        SessionError
+            The server failed (then it admits no task any more).
+        """
+        with self._lock:
+            while True:
+                if self.error is not None:
+                    raise SessionError(f"the sweep session's server failed: {self.error!r}") from self.error
+                if check is not None:
+                    check()
+                if len(self._channels) == self.n_partitions:
+                    return [self._channels[p] for p in range(self.n_partitions)]
+                self._lock.wait(_POLL_SECONDS)
+
+    def wake(self) -> None:
+        """Make a waiting :meth:`channels` run its check now."""
+        with self._lock:
+            self._lock.notify_all()
+
+    def forget_all(self) -> None:
+        """Close every channel; from now on only task attempts newer than every one seen are admitted."""
+        with self._lock:
+            for channel in self._channels.values():
+                channel.close()
+            self._channels.clear()
+            self._min_attempt_id = self._seen_attempt_id
+
+    def send_to_all(self, payload: bytes) -> None:
+        """Send ``payload`` to every admitted task, and to every task admitted from now on (e.g. ``stop``)."""
+        with self._lock:
+            self._to_all = payload
+            for channel in self._channels.values():
+                _send_quietly(channel, payload)
+
+    def close(self) -> None:
+        """Stop listening and close every channel."""
+        self._closed = True
+        self._listener.close()
+        self._acceptor.join()
+        with self._lock:
+            for channel in self._channels.values():
+                channel.close()
+            self._channels.clear()
+
+
+def _name(peer: Any) -> str:
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
+
+
+def _send_quietly(channel: Channel, payload: bytes) -> None:
+    try:
+        channel.send_payload(payload)
+    except OSError:
+        pass  # the task is gone already
