@@ -26,7 +26,7 @@ from crowdspark.engine.spark import SparkEngine
 from crowdspark.io.pandas_reader import prepare_labels
 from crowdspark.io.spark_reader import block_rdd, prepare_labels_spark, read_spark_frame
 from crowdspark.models.dawid_skene import DawidSkene
-from crowdspark.runner import local_blocks
+from crowdspark.pipeline.prepare import local_blocks
 
 
 def local_iteration(path: str, iterations: int) -> dict:

@@ -33,7 +33,7 @@ from crowdspark.algorithms import build_model
 from crowdspark.config import InputConfig
 from crowdspark.io.pandas_reader import prepare_labels
 from crowdspark.rng import uniforms
-from crowdspark.runner import local_blocks
+from crowdspark.pipeline.prepare import local_blocks
 
 
 def numba_kernels():

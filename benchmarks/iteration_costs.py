@@ -32,7 +32,7 @@ from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.spark import SparkEngine
 from crowdspark.io.pandas_reader import prepare_labels
 from crowdspark.io.spark_reader import block_rdd, prepare_labels_spark, read_spark_frame
-from crowdspark.runner import local_blocks
+from crowdspark.pipeline.prepare import local_blocks
 
 # timing names of the samplers' kept sweeps -> the algorithm
 KEPT = {"idbla-kept": "idbla", "fixed-idbla-kept": "fixed-idbla", "bcc-kept": "bcc"}

@@ -28,7 +28,7 @@ __all__ = ["ALGORITHMS", "PRESETS", "RUN_KEYS", "register", "algorithm_names", "
 _DATA_FIELDS = ("n_workers", "n_classes", "seed")
 
 #: keys of a section that are not model fields: a named parameter set, and how the run chooses H (models
-#: with levels only; see :func:`crowdspark.runner.fit_configured`)
+#: with levels only; see :func:`crowdspark.pipeline.fit.fit_configured`)
 RUN_KEYS = ("preset", "select_levels", "level_criterion")
 
 ALGORITHMS: dict[str, type[Model]] = {}

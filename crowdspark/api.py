@@ -23,7 +23,7 @@ import pandas as pd
 
 from crowdspark.config import GoldConfig, InputConfig, RunConfig
 from crowdspark.errors import InputError
-from crowdspark.runner import aggregate_frames
+from crowdspark.pipeline import aggregate_frames
 
 __all__ = ["Aggregator", "MajorityVote", "DawidSkene"]
 

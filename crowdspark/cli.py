@@ -65,12 +65,11 @@ def configure_logging(debug: bool, quiet: bool) -> None:
 def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
     """Run ``aggregate`` with parsed arguments; returns the summary.  Starts Spark only if needed."""
     from crowdspark.config import load_config
-    from crowdspark.runner import aggregate, small_local_input
+    from crowdspark.pipeline import aggregate, needs_spark
 
     config = load_config(args.config, args.overrides, algorithm=args.algorithm, seed=args.seed, engine_name=args.engine)
     own_session = False
-    small = small_local_input(config, args.labels, args.gold, args.output, args.warm_start)
-    if config.engine.name == "spark" and spark is None and small is None:
+    if spark is None and needs_spark(config, args.labels, args.gold, args.output, args.warm_start):
         from crowdspark.spark_session import build_session
 
         spark = build_session("crowdspark-aggregate", master=args.master)

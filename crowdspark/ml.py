@@ -2,7 +2,7 @@
 
 For users who hold their labels in a Spark DataFrame (notebooks, existing pipelines).  Everything runs on
 the Spark engine through the same shared runner as the command line
-(:func:`crowdspark.runner.fit_spark_frames`), so validation, errors and answers are the command line's.
+(:func:`crowdspark.pipeline.fit_frames`), so validation, errors and answers are the command line's.
 
 >>> from crowdspark.ml import DawidSkeneAggregator
 >>> labels = spark.createDataFrame(
@@ -96,9 +96,10 @@ from crowdspark.io.pandas_reader import encode_rows
 from crowdspark.io.rules import Encoding
 from crowdspark.io.saved_model import FORMAT, MODEL_FOLDER, SavedModel, load_saved_model, model_files
 from crowdspark.io.spark_reader import SparkLabels, prepare_labels_spark
-from crowdspark.io.tables import item_frame, to_jsonable, worker_frame
+from crowdspark.io.tables import item_frame, item_schema, to_jsonable, worker_frame
 from crowdspark.models.base import Model as Kernel
-from crowdspark.runner import Timer, fit_spark_frames, item_schema
+from crowdspark.pipeline import fit_frames
+from crowdspark.pipeline.summary import Timer
 from crowdspark.validation import check_choice, check_int
 
 __all__ = [
@@ -439,11 +440,10 @@ def _fit_model(
     spark = labels_df.sparkSession
     config = params._run_config(truth)
     timer = Timer()
-    run = fit_spark_frames(spark, config, labels_df, gold_df, _SOURCE, _SOURCE if gold_df is not None else None,
-                           timer)
+    run = fit_frames(config, labels_df, gold_df, labels_source=_SOURCE, gold_source=_SOURCE, timer=timer)
     try:
-        items = _materialize(run.items(spark))
-        workers = spark.createDataFrame(run.workers)
+        items = _materialize(run.items())
+        workers = spark.createDataFrame(run.workers())
         timer.lap("items")
     finally:
         run.close()
@@ -452,7 +452,7 @@ def _fit_model(
              summary["counts"]["workers"], summary["iterations"])
     model = CrowdAggregatorModel(
         kernel=run.model,
-        globalParams=run.model.export_params(run.result.params),
+        globalParams=run.model.export_params(run.params),
         initStats=run.result.init_stats,
         encoding=run.encoding,
         summary=summary,
@@ -667,7 +667,7 @@ def score_labels(model: CrowdAggregatorModel, labels_df: DataFrame) -> DataFrame
     n_partitions = model.getPartitions() or spark.sparkContext.defaultParallelism
     fn = partial(_score_partition, kernel=kernel, params=params, encoding=encoding,
                  max_labels=model.getMaxBlockLabels())
-    return frame.repartition(n_partitions, "item").mapInPandas(fn, item_schema(kernel))
+    return frame.repartition(n_partitions, "item").mapInPandas(fn, item_schema(dict(kernel.item_extras)))
 
 
 # --------------------------------------------------------------------------- save and load

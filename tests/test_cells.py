@@ -20,7 +20,7 @@ from crowdspark.config import load_config
 from crowdspark.errors import InputError
 from crowdspark.io.cells import canonical_arrow, canonical_values
 from crowdspark.io.pandas_reader import canonical_frame, read_frame
-from crowdspark.runner import aggregate
+from crowdspark.pipeline import aggregate
 
 # --------------------------------------------------------------------------- the Arrow rules
 

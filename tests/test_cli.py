@@ -69,7 +69,7 @@ def test_failed_run_leaves_no_complete_looking_output(tmp_path, monkeypatch, cap
             handle.write("half")
         raise OSError("disk full")
 
-    monkeypatch.setattr("crowdspark.runner.write_frame_local", broken)
+    monkeypatch.setattr("crowdspark.io.tables.write_frame_local", broken)
     assert main(["aggregate", *RTE, "--algorithm", "ds", "--engine", "local", "--output", str(out)]) == 1
     assert "failed: OSError: disk full" in capsys.readouterr().err
     # the previous complete result is untouched, and no staging directory is left behind

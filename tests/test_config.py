@@ -89,7 +89,7 @@ def test_default_partitions_are_a_multiple_of_the_cores(cores, labels, expected)
     one task per core."""
     from types import SimpleNamespace
 
-    from crowdspark.runner import default_partitions
+    from crowdspark.pipeline.prepare import default_partitions
 
     spark = SimpleNamespace(sparkContext=SimpleNamespace(defaultParallelism=cores))
     assert default_partitions(spark, labels) == expected

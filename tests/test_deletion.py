@@ -22,7 +22,7 @@ from crowdspark.cli import main
 from crowdspark.config import load_config
 from crowdspark.errors import ConfigError
 from crowdspark.io.marker import MARKER, overlap, path_components
-from crowdspark.runner import aggregate
+from crowdspark.pipeline import aggregate
 from tests.helpers import DATA, frames_to_blocks
 from tests.test_nightly import Killed, _kill_at
 

@@ -17,7 +17,7 @@ from crowdspark.engine.loop import finish_fn, fit
 from crowdspark.models.base import ItemResult
 from crowdspark.models.common import confusion_counts, vote_counts
 from crowdspark.models.dawid_skene import DawidSkene, ds_e_step
-from crowdspark.runner import aggregate
+from crowdspark.pipeline import aggregate
 from tests.helpers import DATA, by_item, frames_to_blocks
 
 pytestmark = pytest.mark.spark
@@ -236,16 +236,18 @@ def test_sweep_session_survives_a_task_failure(spark):
     assert len(retried.history) == len(clean.history)
 
 
-def test_small_input_is_collected_and_gives_the_distributed_answer(spark, tmp_path):
-    from crowdspark.runner import RunOptions, _aggregate_spark
+def test_small_input_is_collected_and_gives_the_distributed_answer(spark, tmp_path, monkeypatch):
+    from crowdspark.pipeline.source import local_small_input
 
     labels, gold = str(DATA / "rte" / "labels.csv"), str(DATA / "rte" / "truth.csv")
     small = load_config(algorithm="ds", engine_name="spark", seed=11)
     distributed = load_config(overrides=["engine.small_input_bytes=0"], algorithm="ds", engine_name="spark", seed=11)
     # local files: read with pandas, no Spark needed (aggregate works without a session)
     s_small = aggregate(small, labels, str(tmp_path / "small"), gold_path=gold).summary
-    # remote files (simulated by calling the Spark path): read by Spark, collected, fitted on the driver
-    s_collected = _aggregate_spark(spark, small, labels, str(tmp_path / "collected"), gold, RunOptions()).summary
+    # remote files (simulated: not small local files): read by Spark, collected, fitted on the driver
+    with monkeypatch.context() as patch:
+        patch.setattr("crowdspark.pipeline.source.local_small_input", lambda *args, **kwargs: None)
+        s_collected = aggregate(small, labels, str(tmp_path / "collected"), gold_path=gold, spark=spark).summary
     s_dist = aggregate(distributed, labels, str(tmp_path / "dist"), gold_path=gold, spark=spark).summary
     size = (DATA / "rte" / "labels.csv").stat().st_size
     threshold = small.engine.small_input_bytes
@@ -259,17 +261,15 @@ def test_small_input_is_collected_and_gives_the_distributed_answer(spark, tmp_pa
         assert (a["label"] == b["label"]).all()
         np.testing.assert_allclose(np.stack(a["posterior"]), np.stack(b["posterior"]), atol=1e-9)
     # a remote output keeps Spark in the run (it writes there)
-    from crowdspark.runner import small_local_input
-
-    assert small_local_input(small, labels, gold, "hdfs:///results/x") is None
-    assert small_local_input(small, labels, gold, str(tmp_path / "out"))["reader"] == "pandas"
+    assert local_small_input(small, labels, gold, "hdfs:///results/x") is None
+    assert local_small_input(small, labels, gold, str(tmp_path / "out"))["reader"] == "pandas"
     # Hive-style folders (worker=w1/) are columns to Spark's reader only: such input keeps Spark
     frame = pd.read_csv(DATA / "temp" / "labels.csv", dtype=str)
     for worker, part in frame.groupby("worker"):
         folder = tmp_path / "hive" / f"worker={worker}"
         folder.mkdir(parents=True)
         part.drop(columns="worker").to_parquet(folder / "part.parquet")
-    assert small_local_input(small, str(tmp_path / "hive")) is None
+    assert local_small_input(small, str(tmp_path / "hive")) is None
     s_hive = aggregate(small, str(tmp_path / "hive"), None, spark=spark).summary
     assert s_hive["small_input"]["reader"] == "spark" and s_hive["counts"]["labels"] == len(frame)
     # a filter always distributes (the size of a partitioned lake says nothing about the filtered rows)

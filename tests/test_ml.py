@@ -28,7 +28,7 @@ from crowdspark.ml import (
 )
 from crowdspark.models.base import ItemResult
 from crowdspark.models.majority_vote import MajorityVote
-from crowdspark.runner import aggregate
+from crowdspark.pipeline import aggregate
 from tests.helpers import DATA
 
 LABELS = str(DATA / "rte" / "labels.csv")

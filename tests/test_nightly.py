@@ -10,7 +10,7 @@ import pytest
 
 from crowdspark.config import load_config
 from crowdspark.errors import ConfigError, InputError
-from crowdspark.runner import aggregate
+from crowdspark.pipeline import aggregate
 from tests.helpers import DATA
 
 RTE = str(DATA / "rte" / "labels.csv"), str(DATA / "rte" / "truth.csv")
@@ -42,7 +42,7 @@ def test_run_ids_keep_old_runs_and_move_latest_last(tmp_path):
 def test_failed_run_does_not_move_latest(tmp_path, monkeypatch):
     config = load_config(algorithm="mv", engine_name="local")
     aggregate(config, RTE[0], str(tmp_path / "out"), run_id="day1")
-    monkeypatch.setattr("crowdspark.runner.write_frame_local", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    monkeypatch.setattr("crowdspark.io.tables.write_frame_local", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError):
         aggregate(config, RTE[0], str(tmp_path / "out"), run_id="day2")
     assert json.loads((tmp_path / "out" / "_LATEST.json").read_text())["run_id"] == "day1"

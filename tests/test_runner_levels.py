@@ -7,7 +7,7 @@ import pytest
 
 from crowdspark.config import load_config
 from crowdspark.errors import ConfigError
-from crowdspark.runner import aggregate_frames
+from crowdspark.pipeline import aggregate_frames
 from tests.helpers import DATA
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from crowdspark.config import load_config
 from crowdspark.errors import ConfigError, InputError
-from crowdspark.runner import aggregate
+from crowdspark.pipeline import aggregate
 from tests.helpers import DATA
 
 ENGINES = ["local", pytest.param("spark", marks=pytest.mark.spark)]
@@ -388,7 +388,7 @@ def test_api_refuses_what_is_not_a_dataframe(data):
     with pytest.raises(InputError, match=r"pass a pandas DataFrame with columns item, worker, label .*got a "):
         DawidSkene().fit(data)
     # the library function under the API says the same in its own terms
-    from crowdspark.runner import aggregate_frames
+    from crowdspark.pipeline import aggregate_frames
 
     with pytest.raises(InputError, match=r"labels at '<DataFrame>' must be a pandas DataFrame, but got a "):
         aggregate_frames(load_config(engine_name="local"), data)

@@ -14,10 +14,12 @@ from crowdspark.block import Block
 from crowdspark.models.base import ItemResult, State
 from crowdspark.stats import Stats
 
-__all__ = ["Engine", "BlockFn", "ItemFn"]
+__all__ = ["Engine", "BlockFn", "ItemFn", "ItemBatchFn"]
 
 BlockFn = Callable[[Block, State, Any], tuple[State, Stats]]
 ItemFn = Callable[[Block, State, Any], ItemResult]
+#: a block's per-item results -> an Arrow record batch of the item table
+ItemBatchFn = Callable[[Block, ItemResult], Any]
 
 
 class Engine:
@@ -43,6 +45,18 @@ class Engine:
     def load_states(self, path: str) -> None:
         """Restore the states written by :meth:`save_states` for the same blocks."""
         raise NotImplementedError
+
+    def items(self, fn: ItemFn, value: Any, to_batch: ItemBatchFn, schema: str) -> Any:
+        """The item table: ``to_batch(block, fn(block, state, value))`` of every block, as one table.
+
+        The local engine returns a pandas DataFrame, the Spark engine a lazy Spark DataFrame of ``schema``
+        (Spark DDL) that stays valid until :meth:`close`.
+        """
+        raise NotImplementedError
+
+    def report(self) -> dict[str, Any]:
+        """Entries of the run summary about how the engine ran (none by default)."""
+        return {}
 
     def close(self) -> None:
         """Release cached data."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pandas as pd
+
 from crowdspark.block import Block
-from crowdspark.engine.base import BlockFn, Engine, ItemFn
+from crowdspark.engine.base import BlockFn, Engine, ItemBatchFn, ItemFn
 from crowdspark.errors import ConfigError
 from crowdspark.io.datatree import load_tree, save_tree
 from crowdspark.models.base import ItemResult, State
@@ -62,6 +64,13 @@ class LocalEngine(Engine):
                 f"the checkpoint's block states in {source!r} cannot be used ({type(exc).__name__}: {exc}); "
                 "delete the checkpoint to start over"
             ) from exc
+
+    def items(self, fn: ItemFn, value: Any, to_batch: ItemBatchFn, schema: str) -> pd.DataFrame:
+        """The item table as a pandas DataFrame (array columns hold numpy arrays)."""
+        import pyarrow as pa
+
+        batches = [to_batch(block, result) for block, result in self.map_items(fn, value)]
+        return pa.Table.from_batches(batches).to_pandas()
 
     def map_items(self, fn: ItemFn, value: Any) -> list[tuple[Block, ItemResult]]:
         """Per-item results of every block, in block order."""

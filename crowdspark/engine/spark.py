@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from crowdspark.block import Block
-from crowdspark.engine.base import BlockFn, Engine, ItemFn
+from crowdspark.engine.base import BlockFn, Engine, ItemBatchFn, ItemFn
 from crowdspark.engine.resident import (
     BlockHandle,
     forget,
@@ -148,6 +148,14 @@ def _items_partition(fn: ItemFn, broadcast, elements: Iterator) -> Iterator[tupl
         if tag == _BLOCK:
             block = resolve(block)
             yield (pickle.dumps((block, fn(block, state, value)), protocol=5),)
+
+
+def _decode_items(batches, to_batch: ItemBatchFn):
+    """mapInArrow function: pickled ``(block, ItemResult)`` values -> the blocks' item batches."""
+    for batch in batches:
+        for blob in batch.column(0).to_pylist():
+            block, result = pickle.loads(blob)
+            yield to_batch(block, result)
 
 
 def _round_robin_keys(tasks: int, index: int, elements: Iterator) -> Iterator:
@@ -441,6 +449,18 @@ class SparkEngine(Engine):
         broadcast = self.sc.broadcast(value)
         self._pending_broadcasts.append(broadcast)
         return self._current.mapPartitions(partial(_items_partition, fn, broadcast))
+
+    def items(self, fn: ItemFn, value: Any, to_batch: ItemBatchFn, schema: str):
+        """The item table as a lazy Spark DataFrame of ``schema``: each block's results are pickled on the
+        executors and turned into Arrow batches by ``to_batch`` (no Python object per item)."""
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        blobs = spark.createDataFrame(self.item_blobs(fn, value), "blob binary")
+        return blobs.mapInArrow(partial(_decode_items, to_batch=to_batch), schema)
+
+    def report(self) -> dict[str, Any]:
+        return {"sweep_sessions": self.session_report()}
 
     def close(self) -> None:
         """Unpersist every cached RDD and destroy every broadcast."""

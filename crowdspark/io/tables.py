@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from crowdspark.io.paths import is_local
 from crowdspark.models.base import ItemResult
 
 __all__ = [
@@ -125,3 +126,44 @@ def write_frame_local(frame: pd.DataFrame, directory: str, fmt: str) -> None:
             if len(frame) and isinstance(frame[column].iloc[0], np.ndarray):
                 frame[column] = [v.tolist() for v in frame[column]]
         frame.to_parquet(os.path.join(directory, "part-00000.parquet"), index=False)
+
+
+def item_schema(extras: dict[str, str]) -> str:
+    """The Spark schema (DDL) of the item table of a model whose ``item_extras`` are ``extras``."""
+    columns = ["item string", "label string", "confidence double", "posterior array<double>"]
+    columns += [f"{name} {ddl}" for name, ddl in extras.items()]
+    return ", ".join(columns)
+
+
+def _arrays_to_json(frame):
+    """A Spark DataFrame with its array columns as JSON strings (for CSV)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType
+
+    return frame.select(*[
+        F.to_json(F.col(f.name)).alias(f.name) if isinstance(f.dataType, ArrayType) else F.col(f.name)
+        for f in frame.schema.fields
+    ])
+
+
+def write_spark_table(frame, directory: str, fmt: str) -> None:
+    """Write a Spark DataFrame as Parquet, or as CSV with array columns as JSON strings."""
+    if fmt == "csv":
+        _arrays_to_json(frame).write.mode("overwrite").option("header", "true").csv(directory)
+    else:
+        frame.write.mode("overwrite").parquet(directory)
+
+
+def write_table(table, directory: str, fmt: str, spark: Any = None, extras: dict[str, str] | None = None) -> None:
+    """Write a pandas or Spark table to ``directory``.
+
+    A pandas table goes to a local directory with pandas (one file), to any other filesystem through
+    ``spark`` (one partition; ``extras`` gives an item table's schema); a Spark table is written by Spark.
+    """
+    if not isinstance(table, pd.DataFrame):
+        write_spark_table(table, directory, fmt)
+    elif is_local(directory):
+        write_frame_local(table, directory, fmt)
+    else:
+        schema = item_schema(extras) if extras is not None else None
+        write_spark_table(spark.createDataFrame(table, schema).coalesce(1), directory, fmt)

@@ -141,22 +141,22 @@ def fit_local(dataset: Dataset, algorithm: str, seed: int, params: Mapping[str, 
 
 
 def fit_spark(spark: Any, dataset: Dataset, algorithm: str, seed: int, params: Mapping[str, Any]) -> Fitted:
-    """Fit on the Spark engine through :func:`crowdspark.runner.fit_spark_frames`.
+    """Fit on the Spark engine through :func:`crowdspark.pipeline.fit_frames`.
 
     The (paper-sized) item table is collected to the driver to compute the paper's NLL.
     """
     from crowdspark.config import EngineConfig, RunConfig
-    from crowdspark.runner import fit_spark_frames
+    from crowdspark.pipeline import fit_frames
 
     config = RunConfig(algorithm=algorithm, seed=seed, engine=EngineConfig(name="spark"),
                        algorithms={algorithm: dict(params)})
-    run = fit_spark_frames(spark, config, spark.createDataFrame(dataset.labels), spark.createDataFrame(dataset.gold),
-                           dataset.source, dataset.source)
+    run = fit_frames(config, spark.createDataFrame(dataset.labels), spark.createDataFrame(dataset.gold),
+                     labels_source=dataset.source, gold_source=dataset.source)
     try:
-        items = run.items(spark).toPandas().set_index("item")
+        items = run.items().toPandas().set_index("item")
     finally:
         run.close()
-    return Fitted(run.summary, items, run.workers.set_index("worker"))
+    return Fitted(run.summary, items, run.workers().set_index("worker"))
 
 
 def _stack(column: pd.Series) -> np.ndarray:

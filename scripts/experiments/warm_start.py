@@ -17,7 +17,7 @@ import tempfile
 import warnings
 
 from crowdspark.config import load_config
-from crowdspark.runner import aggregate
+from crowdspark.pipeline import aggregate
 from crowdspark.synthetic import dawid_skene_data
 
 

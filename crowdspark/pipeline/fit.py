@@ -1,0 +1,224 @@
+"""The fit of a run, the same on every engine: build the configured model (choosing H when asked), warm start
+it, fit it with checkpoints, evaluate it against the gold carried in the blocks, and describe it."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import pandas as pd
+
+from crowdspark import __version__
+from crowdspark.algorithms import build_model, model_class, model_parameters
+from crowdspark.block import Block
+from crowdspark.config import RunConfig
+from crowdspark.engine.base import Engine
+from crowdspark.engine.checkpoint import Checkpointer
+from crowdspark.engine.loop import FitResult, WarmStart, finish_fn, fit
+from crowdspark.engine.select import choose_levels, level_plan
+from crowdspark.errors import ConfigError, InputError
+from crowdspark.io.rules import Encoding
+from crowdspark.io.saved_model import SavedModel, worker_index_map
+from crowdspark.io.tables import item_batch, item_schema, worker_frame
+from crowdspark.metrics import gold_stats, level_error_stats, metrics_from_stats
+from crowdspark.models.base import LevelModel, Model, State
+from crowdspark.pipeline.prepare import Prepared
+from crowdspark.pipeline.summary import run_summary
+from crowdspark.stats import Stats
+
+__all__ = ["RunOptions", "Fitted", "evaluate", "fit_configured", "fit_prepared"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Operational options of a run: a warm start, and what identifies the run's inputs for its checkpoints.
+
+    Attributes
+    ----------
+    warm_start : SavedModel, optional
+        A previous run's model (``--warm-start``).
+    inputs : dict
+        Description of the inputs (paths, sizes) that goes into the checkpoint fingerprint.
+    """
+
+    warm_start: SavedModel | None = None
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+
+def _evaluate_block(model: Model, block: Block, state: State, params: Any) -> tuple[State, Stats]:
+    result = model.finish_block(block, state, params)
+    stats = gold_stats(block, result.posterior, result.label)
+    if isinstance(model, LevelModel) and "level" in result.extra:
+        stats.update(level_error_stats(block, result.extra["level"], model.n_levels))
+    return state, stats
+
+
+def evaluate(model: Model, engine: Engine, params: Any) -> dict[str, Any]:
+    """Metrics against the gold labels carried in the blocks (any engine)."""
+    stats = engine.map_reduce(partial(_evaluate_block, model), params, stateful=False)
+    return metrics_from_stats(stats)
+
+
+def warm_start_for(saved: SavedModel | None, config: RunConfig, encoding: Encoding) -> WarmStart | None:
+    """The warm start a saved model gives this run, after checking the algorithm and the class set."""
+    if saved is None:
+        return None
+    if saved.algorithm != config.algorithm:
+        raise ConfigError(
+            f"the warm-start model at {saved.source!r} was fitted with {saved.algorithm!r}, this run uses "
+            f"{config.algorithm!r}; warm start from a run of the same algorithm, or run cold"
+        )
+    if tuple(saved.classes) != tuple(encoding.classes):
+        raise InputError(
+            f"the class set changed since the warm-start run ({list(saved.classes)} -> {list(encoding.classes)}); "
+            "a warm start needs the same classes: run cold (without --warm-start)"
+        )
+    old_index = worker_index_map(encoding.workers, saved.workers)
+    return WarmStart(saved.params, old_index, saved.source, saved.parameters)
+
+
+def checkpointer_for(config: RunConfig, options: RunOptions, layout: dict[str, Any]) -> Checkpointer | None:
+    """The run's checkpointer (``engine.checkpoint_every``), fingerprinted by everything that makes the run."""
+    if not config.engine.checkpoint_every:
+        return None
+    fingerprint = {
+        "algorithm": config.algorithm,
+        "parameters": config.algorithm_params(),
+        "seed": config.seed,
+        "input": config.to_dict()["input"],
+        "inputs": options.inputs,
+        "layout": layout,
+        "warm_start": None if options.warm_start is None else options.warm_start.source,
+        "version": __version__,
+    }
+    return Checkpointer(config.engine.checkpoint_dir, config.engine.checkpoint_every, fingerprint)
+
+
+def fit_configured(
+    config: RunConfig,
+    n_workers: int,
+    n_classes: int,
+    engine: Engine,
+    warm_start: WarmStart | None = None,
+    checkpoint: Checkpointer | None = None,
+) -> tuple[Model, FitResult, dict | None]:
+    """Build the configured model and fit it, first choosing H when the configuration asks for it.
+
+    Whether and among which H the run chooses is :func:`crowdspark.engine.select.level_plan`'s decision;
+    the choice is :func:`crowdspark.engine.select.choose_levels`'s.
+
+    Returns
+    -------
+    model, result, selection
+        ``selection`` is ``{"criterion", "chosen", "table"}`` or ``None``.
+    """
+    name = config.algorithm
+    plan = level_plan(model_class(name), config.algorithm_params(),
+                      warm_start.parameters if warm_start is not None else None)
+    params = plan.params
+    selection = None
+    if plan.candidates is not None:
+
+        def make(h: int) -> Model:
+            return build_model(name, {**params, "n_levels": h}, n_workers, n_classes, config.seed)
+
+        choice = choose_levels(make, engine, plan.candidates, plan.criterion)
+        params["n_levels"] = choice.chosen
+        selection = {"criterion": choice.criterion, "chosen": choice.chosen, "table": choice.table}
+        log.info("%s: chose H = %d by %s", name, choice.chosen, choice.criterion)
+    model = build_model(name, params, n_workers, n_classes, config.seed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fit(model, engine, warm_start=warm_start, checkpoint=checkpoint)
+    result.warnings = [str(w.message) for w in caught]
+    for w in caught:  # hand them on to the caller's filters (the CLI shows them)
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if checkpoint is not None:
+        checkpoint.clear()
+    return model, result, selection
+
+
+@dataclass
+class Fitted:
+    """A fitted run whose blocks are still held by their engine (call :meth:`close` when done).
+
+    Attributes
+    ----------
+    model : Model
+    result : FitResult
+    prepared : Prepared
+        The engine holding the blocks, and what was read.
+    summary : dict
+        ``summary.json``, without the write phase.
+    """
+
+    model: Model
+    result: FitResult
+    prepared: Prepared
+    summary: dict[str, Any]
+
+    @property
+    def encoding(self) -> Encoding:
+        return self.prepared.encoding
+
+    @property
+    def params(self) -> Any:
+        return self.result.params
+
+    def items(self):
+        """The item table: a pandas DataFrame from the local engine, a lazy Spark DataFrame from the Spark
+        engine (valid until :meth:`close`)."""
+        to_batch = partial(_item_batch, classes=self.encoding.classes, extras=dict(self.model.item_extras))
+        return self.prepared.engine.items(partial(finish_fn, self.model), self.params, to_batch,
+                                          item_schema(dict(self.model.item_extras)))
+
+    def workers(self) -> pd.DataFrame:
+        """The worker table (size K: it lives on the driver)."""
+        return worker_frame(self.encoding.workers, self.model.worker_table(self.params, self.result.init_stats))
+
+    def saved_model(self, algorithm: str) -> SavedModel:
+        """The fitted model in the one saved-model format."""
+        return SavedModel(algorithm, model_parameters(self.model), self.encoding.classes, self.encoding.workers,
+                          self.model.export_params(self.params))
+
+    def close(self) -> None:
+        self.prepared.engine.close()
+
+
+def _item_batch(block: Block, result, classes: tuple[str, ...], extras: dict[str, str]):
+    return item_batch(block.item_ids, result, classes, extras)
+
+
+def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | None = None) -> Fitted:
+    """Fit, evaluate and describe the blocks ``prepared`` holds (any engine); the engine stays open.
+
+    The phases ``fit`` and ``evaluate`` go to ``prepared.timer``.
+    """
+    options = options or RunOptions()
+    enc = prepared.encoding
+    try:
+        model, result, selection = fit_configured(
+            config, enc.n_workers, enc.n_classes, prepared.engine, warm_start_for(options.warm_start, config, enc),
+            checkpointer_for(config, options, prepared.layout),
+        )
+        prepared.timer.lap("fit")
+        metrics = evaluate(model, prepared.engine, result.params) if prepared.has_gold else None
+        prepared.timer.lap("evaluate")
+    except BaseException:
+        prepared.engine.close()
+        raise
+    summary = run_summary(config, model, prepared.engine.name, enc, result, prepared.counts, prepared.inputs,
+                          prepared.warnings)
+    summary.update(prepared.report)
+    summary.update(prepared.engine.report())
+    if selection is not None:
+        summary["level_selection"] = selection
+    if metrics is not None:
+        summary["metrics"] = metrics
+    summary["timings"] = prepared.timer.timings
+    return Fitted(model=model, result=result, prepared=prepared, summary=summary)

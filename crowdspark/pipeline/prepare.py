@@ -1,0 +1,251 @@
+"""Prepare the labels for a fit: validate, encode and group them into blocks held by an engine.
+
+The pandas path (:func:`prepare_frames`) builds the blocks on the driver and holds them in a
+:class:`~crowdspark.engine.local.LocalEngine`; the Spark path (:func:`prepare_spark`) validates with Spark
+aggregations, builds the blocks on the executors and caches them in a
+:class:`~crowdspark.engine.spark.SparkEngine`.  Both apply the rules of :mod:`crowdspark.io.rules` and
+return the same :class:`Prepared`, so everything after this step is the same for every engine.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from crowdspark.block import Block, build_blocks
+from crowdspark.config import RunConfig
+from crowdspark.engine.base import Engine
+from crowdspark.engine.local import LocalEngine
+from crowdspark.errors import ConfigError
+from crowdspark.io.pandas_reader import encode_rows, gold_unmatched, prepare_gold, prepare_labels
+from crowdspark.io.rules import Encoding
+from crowdspark.pipeline.summary import Timer
+
+__all__ = ["Prepared", "prepare_frames", "prepare_spark", "local_blocks", "default_partitions",
+           "LABELS_PER_PARTITION"]
+
+log = logging.getLogger(__name__)
+
+#: labels per partition above which the default partition count grows (block building converts a whole
+#: partition to pandas: about 200 bytes per label)
+LABELS_PER_PARTITION = 4_000_000
+
+
+@dataclass
+class Prepared:
+    """Validated labels held as blocks by an engine, and what the run reports about its input.
+
+    Attributes
+    ----------
+    engine : Engine
+        Holds the blocks (close it when done).
+    encoding : Encoding
+    counts : dict
+        What the input held beyond the labels: ``unused_classes`` and, with gold,
+        ``gold_items_without_labels`` and ``gold_repeated_rows``.
+    warnings : list of str
+        Warnings about the input (logged once).
+    inputs : dict
+        Sources and number of label rows, for ``summary.json``.
+    layout : dict
+        How the blocks are laid out, for the checkpoint fingerprint.
+    report : dict
+        Engine-specific entries of ``summary.json`` (``partitions``, ``input_cached``, ``sweep_sessions``).
+    has_gold : bool
+    timer : Timer
+        The run's phase timings so far.
+    """
+
+    engine: Engine
+    encoding: Encoding
+    counts: dict[str, int]
+    warnings: list[str]
+    inputs: dict[str, Any]
+    layout: dict[str, Any]
+    report: dict[str, Any] = field(default_factory=dict)
+    has_gold: bool = False
+    timer: Timer = field(default_factory=Timer)
+
+
+def _logged(messages: list[str | None]) -> list[str]:
+    """The warnings about the input among ``messages`` (``None``: no warning), each logged once."""
+    out = [m for m in messages if m]
+    for message in out:
+        log.warning("%s", message)
+    return out
+
+
+def _unused_classes(classes: tuple[str, ...], used: set[str]) -> int:
+    return len([c for c in classes if c not in used])
+
+
+def local_blocks(labels_frame: pd.DataFrame, gold_frame: pd.DataFrame | None, encoding: Encoding,
+                 max_labels: int) -> list[Block]:
+    """Blocks of validated pandas labels (``item``/``worker``/``label``) with optional gold."""
+    truth = None
+    if gold_frame is not None:
+        truth = labels_frame["item"].map(dict(zip(gold_frame["item"], gold_frame["truth"]))).to_numpy(dtype=object)
+    encoded = encode_rows(
+        labels_frame["item"].to_numpy(dtype=object),
+        labels_frame["worker"].to_numpy(dtype=object),
+        labels_frame["label"].to_numpy(dtype=object),
+        truth,
+        encoding,
+    )
+    return build_blocks(*encoded, max_labels=max_labels)
+
+
+def prepare_frames(
+    config: RunConfig,
+    labels_raw: pd.DataFrame,
+    gold_raw: pd.DataFrame | None = None,
+    labels_source: str = "<DataFrame>",
+    gold_source: str = "<DataFrame>",
+    timer: Timer | None = None,
+) -> Prepared:
+    """Validate pandas frames and hold their blocks in a local engine.
+
+    Parameters
+    ----------
+    config : RunConfig
+    labels_raw : DataFrame
+        Labels with the columns named by ``config.input``.
+    gold_raw : DataFrame, optional
+        Gold with the columns named by ``config.gold``.
+    labels_source, gold_source : str
+        Where the frames came from, for messages and the summary.
+    timer : Timer, optional
+        Gets the phases ``validate`` and ``blocks``.
+    """
+    timer = timer or Timer()
+    if config.input.filter:
+        raise ConfigError(
+            f"input.filter ({config.input.filter!r}) needs the spark engine; filter the data first or use --engine spark"
+        )
+    labels = prepare_labels(labels_raw, config.input, labels_source)
+    enc = labels.encoding
+    gold = None if gold_raw is None else prepare_gold(gold_raw, config.gold, list(enc.classes), gold_source)
+    counts = {"unused_classes": _unused_classes(enc.classes, set(labels.frame["label"].unique()))}
+    input_warnings: list[str] = []
+    if gold is not None:
+        counts["gold_items_without_labels"] = int((~gold.frame["item"].isin(set(labels.frame["item"]))).sum())
+        counts["gold_repeated_rows"] = gold.repeated_rows
+        input_warnings = _logged([gold_unmatched(labels, gold)])
+    timer.lap("validate")
+    max_labels = config.engine.max_block_labels
+    engine = LocalEngine(local_blocks(labels.frame, None if gold is None else gold.frame, enc, max_labels))
+    timer.lap("blocks")
+    inputs = {"labels": labels_source, "gold": gold_source if gold_raw is not None else None,
+              "label_rows": int(len(labels_raw))}
+    return Prepared(engine=engine, encoding=enc, counts=counts, warnings=input_warnings, inputs=inputs,
+                    layout={"engine": "local", "max_block_labels": max_labels}, has_gold=gold is not None,
+                    timer=timer)
+
+
+def default_partitions(spark, n_labels: int) -> int:
+    """The cluster's default parallelism, or more partitions when each would hold over
+    :data:`LABELS_PER_PARTITION` labels (so block building stays within executor memory), rounded up to
+    a multiple of the parallelism.
+
+    The rounding keeps the cores' shares equal: a sweep session deals the blocks over one task per core
+    (``docs/decisions.md``, "Partitions").
+    """
+    slots = max(1, spark.sparkContext.defaultParallelism)
+    needed = max(slots, -(-n_labels // LABELS_PER_PARTITION))
+    return -(-needed // slots) * slots
+
+
+def _cache_input(config: RunConfig, input_format: str | None) -> bool:
+    """Whether Spark caches the label columns for validation and block building (``engine.cache_input``)."""
+    from crowdspark.io.spark_reader import COLUMNAR_FORMATS
+
+    if config.engine.cache_input != "auto":
+        return config.engine.cache_input == "on"
+    return input_format not in COLUMNAR_FORMATS
+
+
+def _filtered(labels_raw, condition: str):
+    if not condition:
+        return labels_raw
+    try:
+        return labels_raw.filter(condition)
+    except Exception as exc:  # AnalysisException or ParseException: the user's condition is wrong
+        raise ConfigError(f"input.filter {condition!r} is not a valid Spark SQL condition on the labels: {exc}") from exc
+
+
+def prepare_spark(
+    spark,
+    config: RunConfig,
+    labels_raw,
+    gold_raw=None,
+    labels_source: str = "<DataFrame>",
+    gold_source: str | None = None,
+    timer: Timer | None = None,
+    input_format: str | None = None,
+) -> Prepared:
+    """Validate Spark DataFrames and cache their blocks in a Spark engine.
+
+    Parameters
+    ----------
+    spark : SparkSession
+    config : RunConfig
+    labels_raw, gold_raw : pyspark DataFrame
+        Labels (and gold) with the columns named by ``config.input`` (``config.gold``).
+    labels_source, gold_source : str
+        Where the frames came from, for messages and the summary.
+    timer : Timer, optional
+        Gets the phases ``validate`` and ``blocks``.
+    input_format : str, optional
+        The format of the files ``labels_raw`` was read from (``None``: a DataFrame passed in); decides
+        ``engine.cache_input = "auto"``.
+    """
+    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.io.spark_reader import (
+        block_rdd,
+        gold_items_without_labels,
+        gold_unmatched_spark,
+        prepare_gold_spark,
+        prepare_labels_spark,
+    )
+
+    timer = timer or Timer()
+    cache = _cache_input(config, input_format)
+    labels = prepare_labels_spark(_filtered(labels_raw, config.input.filter), config.input, labels_source,
+                                  persist=cache)
+    enc = labels.encoding
+    gold = None
+    if gold_raw is not None:
+        gold = prepare_gold_spark(gold_raw, config.gold, list(enc.classes), gold_source or "<DataFrame>")
+    counts = {"unused_classes": _unused_classes(enc.classes, set(labels.observed_classes))}
+    input_warnings: list[str] = []
+    if gold is not None:
+        counts["gold_items_without_labels"] = gold_items_without_labels(labels, gold)
+        counts["gold_repeated_rows"] = gold.repeated_rows
+        input_warnings = _logged([gold_unmatched_spark(labels, gold, counts["gold_items_without_labels"])])
+    timer.lap("validate")
+    n_partitions = config.engine.partitions or default_partitions(spark, labels.n_rows)
+    max_labels = config.engine.max_block_labels
+    engine = SparkEngine(
+        block_rdd(labels, gold, n_partitions, max_labels),
+        checkpoint_interval=config.engine.checkpoint_interval,
+        session_sweeps=config.engine.session_sweeps,
+        tree_depth=config.engine.tree_depth,
+        inject_task_failure=config.engine.inject_task_failure,
+        resident_blocks=config.engine.resident_blocks,
+        sweep_mode=config.engine.sweep_mode,
+    )
+    try:
+        engine.materialize()
+    except BaseException:
+        engine.close()
+        raise
+    labels.frame.unpersist()  # a no-op when it was not cached
+    timer.lap("blocks")
+    inputs = {"labels": labels_source, "gold": gold_source, "label_rows": labels.n_rows}
+    report = {"partitions": n_partitions, "input_cached": cache}
+    return Prepared(engine=engine, encoding=enc, counts=counts, warnings=input_warnings, inputs=inputs,
+                    layout={"engine": "spark", "partitions": n_partitions, "max_block_labels": max_labels},
+                    report=report, has_gold=gold is not None, timer=timer)

@@ -1,0 +1,193 @@
+"""Where a run's labels come from, and which reader and engine take them: decided once, by :func:`choose_source`.
+
+* ``engine.name = "local"``: pandas reads local files, the local engine fits.
+* ``engine.name = "spark"`` and the input is small (:func:`local_small_input`: local files, no Hive-style
+  partition folders, no ``input.filter``, fewer bytes than ``engine.small_input_bytes``): pandas reads, the
+  local engine fits on the driver, and no SparkSession is needed at all (:func:`needs_spark`).
+* Otherwise Spark reads; if the files it lists total fewer bytes than the threshold (remote inputs), the
+  labels are collected to the driver and fitted by the local engine; else the Spark engine fits them.
+
+Every path gives the same answers (tested); the summary records which ran (``engine``, ``small_input``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from crowdspark.config import RunConfig
+from crowdspark.errors import InputError
+from crowdspark.io.pandas_reader import read_frame
+from crowdspark.io.paths import is_local, resolve_format, resolve_local_paths
+
+__all__ = ["Source", "choose_source", "needs_spark", "local_small_input", "input_signature"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Source:
+    """The decision of :func:`choose_source`, with what Spark has read for it.
+
+    Attributes
+    ----------
+    engine : {"local", "spark"}
+        The engine that fits.
+    small_input : dict, optional
+        ``{"input_bytes", "threshold", "reader"}`` when a Spark-engine run fits on the driver.
+    labels_frame, gold_frame : pyspark DataFrame, optional
+        What Spark read (``None`` when pandas reads).
+    input_format : str, optional
+        The format of the label files Spark read.
+    """
+
+    engine: str
+    small_input: dict[str, Any] | None = None
+    labels_frame: Any = None
+    gold_frame: Any = None
+    input_format: str | None = None
+
+    @property
+    def reader(self) -> str:
+        return "pandas" if self.labels_frame is None else "spark"
+
+
+def _hive_partitioned(path: str, files: list[str]) -> bool:
+    """Whether a file sits in a folder named ``column=value`` below ``path`` (a Hive-style partition)."""
+    root = os.path.dirname(path) if os.path.isfile(path) else path.split("*", 1)[0]
+    return any("=" in part for f in files for part in os.path.dirname(os.path.relpath(f, root)).split(os.sep))
+
+
+def local_small_input(
+    config: RunConfig,
+    labels_path: str,
+    gold_path: str | None = None,
+    output_dir: str | None = None,
+    warm_start: str | None = None,
+) -> dict[str, Any] | None:
+    """``{"input_bytes", "threshold", "reader": "pandas"}`` when a Spark-engine run needs no Spark at all.
+
+    That is when ``engine.small_input_bytes`` is on, there is no ``input.filter``, every path of the run
+    (labels, gold, output, warm start, checkpoints) is local, no label or gold file sits in a Hive-style
+    partition folder (``date=...`` is a column only to Spark's reader), and the label files total fewer bytes
+    than the threshold; ``None`` otherwise (and always for ``engine.name = "local"``).
+    """
+    threshold = config.engine.small_input_bytes
+    if config.engine.name != "spark" or not threshold or config.input.filter:
+        return None
+    paths = [labels_path, gold_path, output_dir, warm_start, config.engine.checkpoint_dir]
+    if not all(is_local(path) for path in paths if path):
+        return None
+    files = resolve_local_paths(labels_path, "labels")
+    if _hive_partitioned(labels_path, files):
+        return None
+    if gold_path and _hive_partitioned(gold_path, resolve_local_paths(gold_path, "gold")):
+        return None
+    size = sum(os.path.getsize(f) for f in files)
+    if size >= threshold:
+        return None
+    return {"input_bytes": size, "threshold": threshold, "reader": "pandas"}
+
+
+def needs_spark(config: RunConfig, labels_path: str, gold_path: str | None = None, output_dir: str | None = None,
+                warm_start: str | None = None) -> bool:
+    """Whether the run needs a SparkSession (the command line starts one only then)."""
+    small = local_small_input(config, labels_path, gold_path, output_dir, warm_start)
+    return config.engine.name == "spark" and small is None
+
+
+def _spark_small_input(spark, config: RunConfig, frame) -> dict[str, Any] | None:
+    """``{"input_bytes", "threshold", "reader": "spark"}`` when the files Spark lists for the labels total
+    fewer bytes than the threshold and there is no ``input.filter``, else ``None``."""
+    from crowdspark.io.spark_reader import input_bytes
+
+    threshold = config.engine.small_input_bytes
+    if not threshold or config.input.filter:
+        return None
+    size = input_bytes(spark, frame, threshold)
+    if size is None or size >= threshold:
+        return None
+    return {"input_bytes": size, "threshold": threshold, "reader": "spark"}
+
+
+def choose_source(
+    config: RunConfig,
+    labels_path: str,
+    gold_path: str | None,
+    output_dir: str | None,
+    warm_start: str | None,
+    spark: Any = None,
+) -> Source:
+    """Decide which reader and engine run (see the module docstring); Spark reads here when it reads.
+
+    Raises
+    ------
+    ValueError
+        When the Spark engine is needed and ``spark`` is ``None``.
+    """
+    if config.engine.name == "local":
+        return Source(engine="local")
+    small = local_small_input(config, labels_path, gold_path, output_dir, warm_start)
+    if small is not None:
+        log.info(
+            "input is %d bytes of local files (< engine.small_input_bytes = %d): reading it with pandas and "
+            "fitting with the local engine, without Spark (set engine.small_input_bytes=0 to distribute)",
+            small["input_bytes"], small["threshold"],
+        )
+        return Source(engine="local", small_input=small)
+    if spark is None:
+        raise ValueError("the spark engine needs a SparkSession")
+    from crowdspark.io.spark_reader import read_spark_frame
+
+    input_format = resolve_format(labels_path, config.input.format, "labels")
+    labels = read_spark_frame(spark, labels_path, input_format, "labels")
+    gold = read_spark_frame(spark, gold_path, config.gold.format, "gold") if gold_path else None
+    small = _spark_small_input(spark, config, labels)
+    if small is not None:
+        log.info(
+            "input is %d bytes (< engine.small_input_bytes = %d): collecting it to the driver and fitting with "
+            "the local engine (set engine.small_input_bytes=0 to distribute)", small["input_bytes"],
+            small["threshold"],
+        )
+    return Source(engine="local" if small else "spark", small_input=small, labels_frame=labels, gold_frame=gold,
+                  input_format=input_format)
+
+
+def read_pandas(source: Source, config: RunConfig, labels_path: str,
+                gold_path: str | None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The labels and gold as pandas frames: read with pandas, or collected from what Spark read."""
+    if source.labels_frame is None:
+        labels = read_frame(labels_path, config.input.format, "labels")
+        return labels, read_frame(gold_path, config.gold.format, "gold") if gold_path else None
+    from crowdspark.io.spark_reader import to_pandas_strings
+
+    labels = to_pandas_strings(source.labels_frame, [config.input.item, config.input.worker, config.input.label],
+                               "labels", labels_path)
+    if source.gold_frame is None:
+        return labels, None
+    return labels, to_pandas_strings(source.gold_frame, [config.gold.item, config.gold.truth], "gold", gold_path)
+
+
+def input_signature(labels_path: str, gold_path: str | None) -> dict[str, Any]:
+    """Paths, and for local inputs their number of files, bytes and latest modification time."""
+    out: dict[str, Any] = {}
+    for what, path in (("labels", labels_path), ("gold", gold_path)):
+        if path is None:
+            continue
+        entry: dict[str, Any] = {"path": path}
+        if is_local(path):
+            try:
+                files = resolve_local_paths(path, what)
+                entry.update(
+                    files=len(files),
+                    bytes=sum(os.path.getsize(f) for f in files),
+                    modified=max(os.path.getmtime(f) for f in files),
+                )
+            except InputError:
+                pass  # reported by the reader with its own message
+        out[what] = entry
+    return out
