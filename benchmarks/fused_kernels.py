@@ -3,9 +3,9 @@
     .venv/bin/pip install numba      # optional, not a dependency (the library's kernels are numpy)
     .venv/bin/python -m benchmarks.fused_kernels --labels 10000000
 
-Issue 7 asks for one IDBLA Gibbs sweep (H = 2, 5 classes) within 2x one Dawid-Skene iteration, and allows
-numba "if a benchmark shows it pays".  This benchmark measures, on the blocks of the 10M-label benchmark
-data in one process (one core), the block work of one sweep:
+The scale targets ask for one IDBLA Gibbs sweep (H = 2, 5 classes) within 2x one Dawid-Skene iteration, and
+allow numba "if a benchmark shows it pays" (BENCHMARKS.md, "Targets").  This benchmark measures, on the
+blocks of the 10M-label benchmark data in one process (one core), the block work of one sweep:
 
 * ``numpy``: the library's kernels (``DawidSkene.local_step``, ``IdblaGibbs.local_step`` on a burn-in
   sweep, with the parameters ``step_params`` ships);

@@ -9,8 +9,8 @@ once; each algorithm runs ``--iterations`` sweeps on each engine (H = 2 for the 
 algorithm's ratio to one Dawid-Skene iteration on the same engine (the progress lines also list every
 sweep's seconds, which shows warm-up).  Initialization and block building are excluded.  The last two
 columns are Spark means over every sweep: a stateful model's sweep session ends every
-``--session-sweeps`` sweeps (``engine.session_sweeps``, default 100), and an end costs about 1 s at 10M
-labels, which a median does not show.
+``--session-sweeps`` sweeps (``engine.session_sweeps``, default 100), and the cost of an end
+(``docs/decisions.md``, "Sweep sessions") does not show in a median.
 
 The Gibbs samplers are timed two ways: ``idbla`` runs burn-in sweeps (all but the last), ``idbla-kept``
 runs kept sweeps only (each also adds the Rao-Blackwellized posteriors to the items' sums; a default run

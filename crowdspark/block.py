@@ -86,8 +86,9 @@ def _count_duplicate_pairs(item_of_label: np.ndarray, worker: np.ndarray) -> int
 def _label_order(codes: np.ndarray, worker: np.ndarray, label: np.ndarray, n_items: int) -> np.ndarray:
     """Stable order of the rows by (item, worker, label), int64 (m,).
 
-    One stable argsort of the combined key ``(item * K + worker) * C + label`` (5x faster than
-    ``np.lexsort`` of the three at 5M rows), unless that key could overflow int64.
+    One stable argsort of the combined key ``(item * K + worker) * C + label``, which is faster than
+    ``np.lexsort`` of the three (BENCHMARKS.md, "Kernel and data-path choices"), unless that key could
+    overflow int64.
     """
     K = int(worker.max()) + 1
     C = int(label.max()) + 1

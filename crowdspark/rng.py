@@ -6,12 +6,12 @@ within one sweep (for example the label draw and the level draw of a Gibbs sweep
 partition an item lands in, on the order items are visited, or on global state, so a result is the same on
 any number of partitions and after any task retry.
 
-Why not one ``numpy.random.Generator`` per item: creating a Philox generator costs about 10 microseconds,
-which at ten million items is longer than the sweep itself.  Instead we apply a keyed 64-bit mixing function
-(the SplitMix64 finalizer, applied twice with independent keys) to the item keys, vectorized over a whole
-block.  This is a counter-based generator in the sense of Salmon et al. (2011): the (seed, sweep, stream)
-triple is the key, the item key is the counter.  Driver-side draws (Dirichlet parameters) use numpy's
-``Philox`` seeded from ``SeedSequence([seed, sweep, stream])``.
+Why not one ``numpy.random.Generator`` per item: creating ten million of them takes far longer than a whole
+sweep over ten million items (BENCHMARKS.md, "Kernel and data-path choices").  Instead we apply a keyed
+64-bit mixing function (the SplitMix64 finalizer, applied twice with independent keys) to the item keys,
+vectorized over a whole block.  This is a counter-based generator in the sense of Salmon et al. (2011): the
+(seed, sweep, stream) triple is the key, the item key is the counter.  Driver-side draws (Dirichlet
+parameters) use numpy's ``Philox`` seeded from ``SeedSequence([seed, sweep, stream])``.
 """
 
 from __future__ import annotations

@@ -11,11 +11,13 @@ __all__ = ["build_session", "DEFAULT_SPARK_CONF"]
 #: settings applied unless the caller (or spark-submit) sets them
 DEFAULT_SPARK_CONF = {
     "spark.ui.showConsoleProgress": "false",
-    # Unix domain sockets between the JVM and Python workers halve the per-task cost (measured).
+    # Unix domain sockets between the JVM and Python workers cut the per-task cost (BENCHMARKS.md, "Kernel
+    # and data-path choices").
     "spark.python.unix.domain.socket.enabled": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    # Arrow batches of 200k rows instead of 10k between the JVM and Python (block building, item output):
-    # at 10M labels the hand-off of the label columns took 5.4 s instead of 6.4 s (local[2], measured)
+    # Arrow batches of 200k rows, not Spark's default 10k, between the JVM and Python (block building, item
+    # output): the label columns' hand-off is faster in fewer, larger batches (BENCHMARKS.md, "Kernel and
+    # data-path choices").
     "spark.sql.execution.arrow.maxRecordsPerBatch": "200000",
 }
 

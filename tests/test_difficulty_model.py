@@ -291,7 +291,7 @@ def test_penalty_update_is_the_constrained_optimum():
 
 
 def test_warm_start_from_a_model_saved_before_the_penalties(planted):
-    """A model exported by the noise-only dds (no ``d``) warm-starts with ``d = 0``; the levels are open."""
+    """A saved model without class penalties (no ``d``) warm-starts with ``d = 0``; the levels are open."""
     blocks, K, _, _ = planted
     model = DifficultyDawidSkene(K, 4, n_levels=2, start_from_ds=True)
     result, _ = run(model, blocks)

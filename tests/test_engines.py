@@ -300,7 +300,7 @@ def test_stateful_sessions_roll_over_replay_after_a_failure_and_equal_the_local_
 
 def test_sessions_regroup_blocks_one_by_one(spark):
     """More partitions than session tasks: elements are dealt one by one, (p + j) % tasks, so every task gets
-    the same number of blocks (PySpark's coalesce(shuffle=True) moves batches of elements and put all of
+    the same number of blocks (PySpark's coalesce(shuffle=True) moves batches of elements and can put all of
     them on one task)."""
     from crowdspark.engine.spark import _regroup
 

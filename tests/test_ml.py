@@ -264,7 +264,7 @@ def test_one_saved_model_format_for_warm_start_and_ml(spark, labels, tmp_path, a
 
 @pytest.mark.spark
 def test_a_model_saved_in_format_1_still_loads(spark, labels, models, tmp_path):
-    """Format 1 kept its arrays in a Parquet table beside pyspark's metadata; it loads and scores the same."""
+    """A format-1 save (its arrays in a Parquet table beside pyspark's metadata) loads and scores the same."""
     from chispa import assert_df_equality
     from pyspark.ml.util import DefaultParamsWriter
 

@@ -82,7 +82,7 @@ def test_dds_finds_bluebirds_hard_level_and_beats_dawid_skene():
 
 @pytest.mark.parametrize("algorithm", ["idbla-cvb", "idbla-cvb0", "fixed-idbla"])
 def test_every_level_model_chooses_h_through_the_configuration(temp, algorithm):
-    """One selector serves every level model (the collapsed-VI models had none)."""
+    """One selector serves every level model, the collapsed-VI models and Fixed-IDBLA included."""
     levels = "[2, 3]" if algorithm == "fixed-idbla" else "[1, 2]"
     overrides = [f"{algorithm}.select_levels={levels}"]
     if algorithm == "fixed-idbla":

@@ -1,4 +1,5 @@
-"""Every input case of issue 2: a clear error (asserted with match=) or a documented, counted behaviour.
+"""Every input case the readers must handle: a clear error (asserted with match=) or a documented, counted
+behaviour.
 
 Each case runs on both engines: the pandas reader and the Spark reader must say the same thing.
 """
@@ -217,8 +218,8 @@ def test_more_partitions_than_items(run, tmp_path):
 
 
 def test_csv_folder_whose_second_file_has_another_header_order_is_refused(run, tmp_path):
-    # RTE split in two, the second half written with the header worker,item,label: read by position, Spark
-    # gave 506 items and 510 workers and a plausible error rate
+    # RTE split in two, the second half written with the header worker,item,label: a reader that goes by
+    # position sees 506 items and 510 workers and gives a plausible error rate
     labels = pd.read_csv(DATA / "rte" / "labels.csv", dtype=str)
     folder = tmp_path / "parts"
     folder.mkdir()
@@ -411,7 +412,7 @@ def test_api_refuses_a_frame_with_a_column_named_twice():
 @pytest.mark.spark
 @pytest.mark.parametrize("distribute", [False, True], ids=["collected", "distributed"])
 def test_partition_folder_values_are_read_as_text(spark, tmp_path, distribute):
-    # worker=007 and worker=7 are two workers; Spark's partition type inference made both the integer 7
+    # worker=007 and worker=7 are two workers; Spark's partition type inference makes both the integer 7
     for worker, rows in (("007", [("1", "x"), ("2", "y")]), ("7", [("1", "y"), ("2", "y")]), ("8", [("1", "x")])):
         folder = tmp_path / "lake" / f"worker={worker}"
         folder.mkdir(parents=True)

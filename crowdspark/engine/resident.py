@@ -1,11 +1,11 @@
 """Blocks that stay in the Python worker processes between sweeps (the Spark engine's resident mode).
 
 PySpark keeps a cached RDD as pickled bytes in the JVM: every sweep, every block is streamed to a Python
-worker and unpickled again (measured: most of a sweep's time at 10M labels, see BENCHMARKS.md).  In
-resident mode the cached RDD holds only a small :class:`BlockHandle` per block; the block itself is
-written once to a spill file on the executor's local disk and, the first time a Python worker process
-meets the handle, loaded into that process's memory, where it stays (with the arrays memoized on it, such
-as its incidence matrix) for the next sweeps.  Python workers are reused between tasks
+worker and unpickled again, which takes longer than the sweep's own work at 10M labels (docs/decisions.md,
+"Resident blocks").  In resident mode the cached RDD holds only a small :class:`BlockHandle` per block; the
+block itself is written once to a spill file on the executor's local disk and, the first time a Python worker
+process meets the handle, loaded into that process's memory, where it stays (with the arrays memoized on it,
+such as its incidence matrix) for the next sweeps.  Python workers are reused between tasks
 (``spark.python.worker.reuse``, on by default), so after the first sweep a task only looks the block up.
 
 A lost handle partition is recomputed from the lineage, which spills the block again.  Spill files are on

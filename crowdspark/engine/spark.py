@@ -169,9 +169,9 @@ def _regroup(rdd, tasks: int):
     partition (p + j) % tasks, so every task gets the same number of blocks (within one per partition).
 
     ``rdd.coalesce(tasks, shuffle=True)`` does not: PySpark shuffles batches of pickled elements, not
-    elements, and a batch lands on one partition chosen from a seed per input partition.  A session
-    regrouped from the 2 partitions of the previous session's result put all 8 blocks of a 10M-label fit on
-    one of the two cores (sweeps 0.13 -> 0.22 s).
+    elements, and a batch lands on one partition chosen from a seed per input partition, so regrouping the
+    few partitions of a previous session's result can put every block on one core (docs/decisions.md,
+    "Regrouping partitions for a session").
     """
     keyed = rdd.mapPartitionsWithIndex(partial(_round_robin_keys, tasks))
     return keyed.partitionBy(tasks, _identity).values()
@@ -227,8 +227,8 @@ class SparkEngine(Engine):
         With one Spark job per sweep, stateful models truncate the lineage every this many sweeps.
     session_sweeps : int
         A sweep session of a stateful model ends after this many sweeps (its states are then cached with a
-        truncated lineage, and a task failure replays at most this many sweeps); each end costs about 1 s
-        at 10M labels.
+        truncated lineage, and a task failure replays at most this many sweeps); each end sends the states
+        through Spark's cache and starts a new barrier job (its cost: docs/decisions.md, "Sweep sessions").
     tree_depth : int
         Depth of ``treeAggregate``.
     inject_task_failure : int

@@ -12,8 +12,8 @@ A saved model is a folder (``<run output>/model/`` on the command line, ``<path>
 * ``init_stats.npz`` (optional): the summed statistics of the initialization pass, the same way.
 
 ``--warm-start``, ``crowdspark.ml``'s ``CrowdAggregatorModel.load`` and checkpoints (which keep the fit's
-full driver state in the same data-only archive, :mod:`crowdspark.engine.checkpoint`) read it.  A folder
-written in format 1 (``params.npz`` as plain ``numpy.savez`` arrays) still loads.
+full driver state in the same data-only archive, :mod:`crowdspark.engine.checkpoint`) read it.  Folders in
+format 1 (``params.npz`` as plain ``numpy.savez`` arrays) are read too.
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ _PARTITION_TYPES = "spark.sql.sources.partitionColumnTypeInference.enabled"
 def _partition_values_as_text(spark):
     """Partition columns (``worker=007/``) read as the text of their folder names while a frame is loaded.
 
-    Spark otherwise infers their types, which made ``worker=007`` and ``worker=7`` the same integer
+    Spark otherwise infers their types, which makes ``worker=007`` and ``worker=7`` the same integer
     worker.  The columns' types are fixed when the frame is loaded; the session's setting is restored.
     """
     previous = spark.conf.get(_PARTITION_TYPES)
@@ -331,8 +331,8 @@ def _validate_labels(frame, cfg: InputConfig, cols: dict[str, str], source: str)
     from pyspark.sql import functions as F
 
     # three small jobs: rows and nulls; the distinct labels, at most MAX_CLASSES + 1 of them fetched (a wrong
-    # label column is refused before it is collected); the distinct workers.  Measured at 10M labels (Parquet,
-    # local[2]) against the former approx_count_distinct guard and one union-distinct job: 4.5 s vs 7.1 s
+    # label column is refused before it is collected); the distinct workers.  Cheaper than an
+    # approx_count_distinct guard plus one union-distinct job (docs/decisions.md, "Input caching")
     aggs = [F.count(F.lit(1)).alias("rows")] + [F.sum(F.col(role).isNull().cast("long")).alias(role) for role in cols]
     row = frame.agg(*aggs).collect()[0]
     if row["rows"] == 0:

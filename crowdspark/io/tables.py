@@ -70,8 +70,9 @@ def item_batch(
     """One block's per-item results as an Arrow record batch (the ``items/`` table's columns).
 
     Array columns (``posterior`` (n, C), 2-D extras) become Arrow lists built from the flat numpy
-    values; measured 20x faster than going through pandas columns of Python lists.  ``extras`` (the
-    model's ``item_extras``, name -> Spark type) fixes the type of scalar extras.
+    values, with no Python object per row (several times faster than a pandas column of per-row arrays;
+    BENCHMARKS.md, "Kernel and data-path choices").  ``extras`` (the model's ``item_extras``, name -> Spark
+    type) fixes the type of scalar extras.
     """
     import pyarrow as pa
 

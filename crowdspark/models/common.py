@@ -137,7 +137,8 @@ def label_loglik(block: Block, log_pi: np.ndarray) -> np.ndarray:
     table = np.moveaxis(log_pi, -1, 1).reshape(n_workers * n_classes, -1)
     out = incidence(block, n_workers, n_classes, log_pi.dtype).T @ table
     # items along the contiguous axis (Fortran order): the per-item reductions that follow (max, sum, the
-    # posterior normalization) then run over contiguous columns, 3-6x faster than along short rows
+    # posterior normalization) then run over contiguous columns, several times faster than along short rows
+    # (docs/decisions.md, "Per-item tables in Fortran order")
     return to_fortran(out).reshape((block.n_items,) + latent_shape)
 
 
@@ -147,8 +148,8 @@ _TRANSPOSE_ROWS = 1024
 def to_fortran(a: np.ndarray) -> np.ndarray:
     """A Fortran-ordered copy of the 2-D array ``a`` (n, D), made in slices of rows.
 
-    Each slice is read and written while it is in cache; ``np.asfortranarray`` on (200k, 10) doubles was
-    measured 3x slower (it writes D long columns at once).
+    Each slice is read and written while it is in cache; ``np.asfortranarray`` writes D long columns at
+    once and is slower (BENCHMARKS.md, "Kernel and data-path choices").
     """
     out = np.empty(a.shape, dtype=a.dtype, order="F")
     for start in range(0, a.shape[0], _TRANSPOSE_ROWS):

@@ -664,7 +664,7 @@ class DifficultyDawidSkene(LevelModel):
     def warm_start(self, params: Any, previous: dict[str, np.ndarray], old_index: np.ndarray) -> Any:
         """Known workers' base matrices and the class/level values of a previous run (same C and H); the
         noise distributions and the prior stay this run's, ``log_pi`` is rebuilt, the levels are open from
-        the start.  A model saved before the class penalties existed has none (``d = 0``)."""
+        the start.  A saved model without class penalties (no ``d``) starts from ``d = 0``."""
         previous = dict(previous)
         previous.setdefault("d", np.zeros_like(params["d"]))
         new = super().warm_start(params, previous, old_index)

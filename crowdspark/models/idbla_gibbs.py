@@ -36,9 +36,9 @@ tables use the mean of the kept ``E[pi | counts]``.
 Default scheme: ``"joint"``.  It is exact like the paper's, costs the same ``C * H`` table per item (the
 paper's scheme computes the same ``ll`` table), and cannot get stuck where T and Q explain each other
 (an item whose labels disagree with T can move to a hard level *and* change class in one step, which the
-paper's scheme only does through an unlikely intermediate state).  Measured over 3 seeds
-(``docs/idbla_gibbs.md``): equal within noise on rte and temp, joint far better on web_search_filtered
-(20.4% vs 29.5%), paper better on bluebird (10.8% vs 14.2%).
+paper's scheme only does through an unlikely intermediate state).  Over 3 seeds the two schemes are equal
+within noise on rte and temp, joint is far better on web_search_filtered and the paper's better on bluebird
+(``docs/idbla_gibbs.md``, "Other settings tried").
 
 Models
 ------
@@ -97,13 +97,12 @@ _STREAM_Q = 1
 _TINY = 1e-300
 # The sweeps' per-item tables (ll, the joint weights) are float32: they only choose a draw and feed
 # Monte Carlo averages, and single precision halves the memory traffic of the sweep's three largest steps
-# (the sparse product, the copy to Fortran order and exp), measured 0.19 -> 0.10 s per sweep at 10M labels.
-# The rounding of a float32 sum grows with the item's number of labels: measured on contested items (labels
-# split between two classes, scripts/experiments/sweep_precision.py), the largest error of a log weight is
-# 4.5e-6 at 10 labels, 2.6e-4 at 256, 2e-3 at 1000 and 1.9e-2 at 4000.  So a block with an item of more
-# than SINGLE_PRECISION_MAX_LABELS labels builds its table in float64 (the float32 log tables it receives
-# are exact to 6e-8 per cell, an input error that does not accumulate like the rounding of the sum).  Sums
-# that leave a block (row totals, log evidence, the kept posteriors) and every final result
+# (the sparse product, the copy to Fortran order and exp; timings in BENCHMARKS.md, "Single-precision
+# sweeps").  The rounding of a float32 sum grows with the item's number of labels (measured on contested
+# items by scripts/experiments/sweep_precision.py; figures in docs/idbla_gibbs.md, "Precision").  So a block
+# with an item of more than SINGLE_PRECISION_MAX_LABELS labels builds its table in float64 (the float32 log
+# tables it receives are exact to 6e-8 per cell, an input error that does not accumulate like the rounding of
+# the sum).  Sums that leave a block (row totals, log evidence, the kept posteriors) and every final result
 # (``item_posteriors``, model selection) are float64; the driver's parameters are float64 throughout.
 SWEEP_DTYPE = np.float32
 SINGLE_PRECISION_MAX_LABELS = 256
@@ -625,8 +624,8 @@ class Bcc(IdblaGibbs):
     (prior belief that workers are better than chance).  Kim & Ghahramani's exact numbers were not
     available to us; our values: ``omega = 1`` off the diagonal and ``1 + diagonal_prior = 2`` on it
     (prior mean accuracy 2 / (C + 1), e.g. 0.67 for C = 2), with ``gamma_alpha = 1``.  A stronger
-    diagonal (3 on the diagonal) measured worse on web_search_filtered (about 24% vs 22% error, see
-    ``docs/idbla_gibbs.md``).  With H = 1 the level initialization is trivial.
+    diagonal (3 on the diagonal) measured worse on web_search_filtered (``docs/idbla_gibbs.md``, "BCC
+    prior").  With H = 1 the level initialization is trivial.
     """
 
     n_levels: int = 1

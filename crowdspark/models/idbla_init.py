@@ -207,8 +207,8 @@ def level_counts(block: Block, T: np.ndarray, Q: np.ndarray, n_workers: int, n_c
     dict with ``counts`` (K, H, C, C) = ``N_l(k, h, t, c)``, ``classes`` (C,) = ``N_t``,
     ``levels`` (H,) = ``N_q``, all int64 (exact: their sums do not depend on the order of the blocks)
     """
-    # one bincount over the labels of the flat index ((k * H + Q_i) * C + T_i) * C + c (a sparse product
-    # with the one-hot of (Q, T) measured 2.7x slower)
+    # one bincount over the labels of the flat index ((k * H + Q_i) * C + T_i) * C + c, faster than a sparse
+    # product with the one-hot of (Q, T) (BENCHMARKS.md, "Kernel and data-path choices")
     C = n_classes
     item_cell = (Q.astype(np.int64) * C + T) * C  # (n,)
     index = item_cell[block.item_of_label]  # per label; a gather is faster than np.repeat by offsets

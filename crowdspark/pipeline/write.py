@@ -24,7 +24,8 @@ def write_result(fitted: Fitted, items: Any, workers: pd.DataFrame, destination:
 
     The item table is written by the engine that holds it (pandas from the local engine, Spark from the
     Spark engine); the worker table (size K) from the driver, with pandas when the output is local (a Spark
-    DataFrame of it would ship the whole table inside one task: 39 MB at 100k workers), else with Spark.
+    DataFrame of it would ship the whole table inside one task; docs/decisions.md, "The worker table"), else
+    with Spark.
     """
     start = time.perf_counter()
     fmt = config.output.format

@@ -3,10 +3,11 @@
 Usage: ``.venv/bin/python scripts/experiments/difficulty_diagnose.py [--seed 0]``
 
 On ``paper_synthetic(seed)`` (25% of the items at w = 0.6) prints, for Dawid-Skene and the noise-only dds
-(``learn_penalty=False``, H = 2, the model this diagnosis was written for): the
-error, the final level weights and proportions, and ``log p(L | params) / m`` (no prior), started from
-majority vote and started from the planted parameters, with smoothing 0.5 and 0.05; plus the error of the
-planted parameters themselves (an oracle) and of the planted base matrices alone (H = 1).
+(``learn_penalty=False``, H = 2, the model whose diagnosis ``docs/difficulty_model.md`` reports under "Why
+noise levels vanish"): the error, the final level weights and proportions, and ``log p(L | params) / m`` (no
+prior), started from majority vote and started from the planted parameters, with smoothing 0.5 and 0.05;
+plus the error of the planted parameters themselves (an oracle) and of the planted base matrices alone
+(H = 1).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Prototype (issue 5, an alternative design): difficulty as a temperature on every worker's log-probabilities.
+"""Prototype of a rejected alternative to ``dds``: difficulty as a temperature on every worker's log-probabilities
+(results in ``docs/difficulty_model.md``, "Alternatives tried").
 
 Usage: ``python scripts/experiments/difficulty_temper.py rte,temp,bluebird,web_search,web_search_filtered,syn0``
 (``synN`` = ``paper_synthetic(N)``).
@@ -50,9 +51,9 @@ def m_step_theta(theta: np.ndarray, N: np.ndarray, tau: np.ndarray, s: float, st
     with per-row step halving so that no row's objective decreases; N is (K, H, C, C).
 
     A row's objective is invariant to adding a constant to the row, so the Hessian is singular along the
-    ones vector: ``ones / C`` times a positive scale is added to it and the step is centred.  (The session 3
-    and 4 prototype used a diagonal Newton step, which oscillates on a softmax and did not converge: its
-    H = 1 fit was not Dawid-Skene, 15.38% error on rte instead of 7.12%.)
+    ones vector: ``ones / C`` times a positive scale is added to it and the step is centred.  A diagonal
+    Newton step ignores that direction, overshoots and oscillates on a softmax without converging (its H = 1
+    fit is then not Dawid-Skene; ``docs/difficulty_model.md``, "Alternatives tried").
     """
     C = theta.shape[-1]
     eye = np.eye(C)
