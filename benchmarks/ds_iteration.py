@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--sweep-modes", nargs="+", default=["session", "jobs"], choices=["session", "jobs"],
-                        help="Spark engine sweep modes to measure (engine.sweep_mode)")
+                        help="Spark engine sweep modes to measure (spark.sweep_mode)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     spark = spark_session("local[2]")

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.common import ds_dataset, machine
-from crowdspark.algorithms import build_model
+from crowdspark.models.registry import build_model
 from crowdspark.config import InputConfig
 from crowdspark.io.pandas_reader import prepare_labels
 from crowdspark.rng import uniforms

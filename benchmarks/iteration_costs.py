@@ -9,7 +9,7 @@ once; each algorithm runs ``--iterations`` sweeps on each engine (H = 2 for the 
 algorithm's ratio to one Dawid-Skene iteration on the same engine (the progress lines also list every
 sweep's seconds, which shows warm-up).  Initialization and block building are excluded.  The last two
 columns are Spark means over every sweep: a stateful model's sweep session ends every
-``--session-sweeps`` sweeps (``engine.session_sweeps``, default 100), and the cost of an end
+``--session-sweeps`` sweeps (``spark.session_sweeps``, default 100), and the cost of an end
 (``docs/decisions.md``, "Sweep sessions") does not show in a median.
 
 The Gibbs samplers are timed two ways: ``idbla`` runs burn-in sweeps (all but the last), ``idbla-kept``
@@ -26,7 +26,7 @@ from datetime import date
 import pandas as pd
 
 from benchmarks.common import ds_dataset, machine, median, spark_session, timed_fit
-from crowdspark.algorithms import build_model
+from crowdspark.models.registry import build_model
 from crowdspark.config import InputConfig
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.spark import SparkEngine
@@ -72,7 +72,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=4)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--session-sweeps", type=int, default=100,
-                        help="engine.session_sweeps of the Spark engine (sweeps per session of a stateful model)")
+                        help="spark.session_sweeps of the Spark engine (sweeps per session of a stateful model)")
     args = parser.parse_args()
     spark = spark_session("local[2]")
     path = ds_dataset(spark, args.labels)

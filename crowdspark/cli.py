@@ -22,7 +22,7 @@ log = logging.getLogger("crowdspark.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from crowdspark.algorithms import algorithm_names
+    from crowdspark.models.registry import algorithm_names
     from crowdspark.config import parse_value
 
     parser = argparse.ArgumentParser(
@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     agg.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     agg.add_argument("--quiet", action="store_true", help="only warnings and errors in the log")
 
-    sub.add_parser("algorithms", help="list the algorithms and their parameters with defaults")
+    sub.add_parser("algorithms", help="list the algorithms with their parameters, defaults and documentation")
+    sub.add_parser("defaults", help="print every configuration key with its default and meaning (TOML)")
     return parser
 
 
@@ -111,16 +112,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     debug = getattr(args, "debug", False)
     configure_logging(debug, getattr(args, "quiet", False))
-    if args.command == "algorithms":
-        from crowdspark.algorithms import algorithm_names, hyperparameters, model_class
+    if args.command == "defaults":
+        from crowdspark.defaults import render_defaults
 
-        listing = {name: hyperparameters(name) for name in algorithm_names()}
-        for name in listing:
-            cls = model_class(name)
-            levels = list(getattr(cls, "auto_levels", ()))
-            if levels:  # H is chosen at run time unless it is set
-                criterion = cls.default_level_criterion.upper()
-                listing[name]["n_levels"] = f"chosen among {levels} by {criterion} unless set"
+        print(render_defaults(), end="")
+        return EXIT_OK
+    if args.command == "algorithms":
+        from crowdspark.models.registry import algorithm_names, describe
+
+        listing = {name: describe(name) for name in algorithm_names()}
         print(json.dumps(listing, indent=2, default=str))
         return EXIT_OK
     try:

@@ -5,7 +5,7 @@ then ``--set`` overrides, then explicit command-line flags (``--seed``, ``--engi
 ``section.name``.  The only tables are ``input``, ``gold``, ``output``, ``engine`` and the registered
 algorithm names (exact, case-sensitive); anything else is an error that lists them.  Algorithm sections
 (``[ds]``, ``[idbla]`` ...) are kept as plain dicts, every one of them (not only the chosen algorithm's)
-checked by :func:`crowdspark.algorithms.check_params`, so that a typo in any section is an error that
+checked by :func:`crowdspark.models.registry.check_params`, so that a typo in any section is an error that
 lists the known keys.  Every value is brought to the type its dataclass field declares
 (:func:`crowdspark.validation.coerce_fields`): ``max_iter = 1e9`` is the integer ``1000000000``.  See
 ``conf/default.toml`` for every key with its default and meaning.
@@ -21,7 +21,7 @@ from typing import Any
 
 import tomllib
 
-from crowdspark.algorithms import ALGORITHMS, algorithm_names, check_params, model_class
+from crowdspark.models.registry import ALGORITHMS, algorithm_names, check_params, model_class
 from crowdspark.errors import ConfigError
 from crowdspark.validation import check_choice, check_int, coerce_fields, did_you_mean
 
@@ -30,6 +30,7 @@ __all__ = [
     "GoldConfig",
     "OutputConfig",
     "EngineConfig",
+    "SparkConfig",
     "RunConfig",
     "load_config",
     "parse_override",
@@ -45,11 +46,20 @@ ENGINES = ("spark", "local")
 class InputConfig:
     """Where the labels' columns are and how to read them.
 
-    ``classes``: the class set, in the order used for posteriors; empty means inferred from the labels
-    (numeric order when every label is a number, else string order).  With an explicit class set a label
-    outside it is an error.  ``filter``: a Spark SQL condition applied to the labels as read (e.g. on a
-    partition column: ``"date >= '2026-11-01'"``, which Spark prunes to the matching partitions); Spark
-    engine only.
+    Attributes
+    ----------
+    item, worker, label : str
+        Column names of the labels (crowd-kit data: ``item = "task"``).
+    format : str
+        ``auto`` (from the file extension), ``csv``, ``parquet`` or ``json`` (JSON lines).
+    classes : tuple of str
+        The class set, in the order used for posteriors, e.g. ``["0", "1"]``; empty: inferred from the labels
+        (numeric order when every label is a number, else string order).  With a class set, a label outside it
+        is an error.
+    filter : str
+        A Spark SQL condition on the labels as read, e.g. ``"date >= '2026-11-01'"`` on a partition column
+        (Spark prunes the partitions); Spark engine only; empty: every row.  It is code the job runs: never
+        build it from untrusted values (``docs/security.md``).
     """
 
     item: str = "item"
@@ -79,7 +89,15 @@ class InputConfig:
 
 @dataclass(frozen=True)
 class GoldConfig:
-    """Columns of the optional gold file (one row per item)."""
+    """The optional gold file (one row per item).
+
+    Attributes
+    ----------
+    item, truth : str
+        Column names of the gold file.
+    format : str
+        ``auto``, ``csv``, ``parquet`` or ``json``, as ``input.format``.
+    """
 
     item: str = "item"
     truth: str = "truth"
@@ -92,7 +110,13 @@ class GoldConfig:
 
 @dataclass(frozen=True)
 class OutputConfig:
-    """``format``: ``parquet`` (default) or ``csv`` (array columns written as JSON strings)."""
+    """How the result tables are written.
+
+    Attributes
+    ----------
+    format : str
+        ``parquet``, or ``csv`` (array columns written as JSON strings).
+    """
 
     format: str = "parquet"
 
@@ -103,62 +127,98 @@ class OutputConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """How the work is run.
+    """Which engine runs, and what applies to every engine.
 
-    ``name``: ``spark`` or ``local``.  ``partitions``: Spark partitions of the item blocks (0 = the
-    context's default parallelism, i.e. the number of cores, or one per 4M labels if that is more, rounded
-    up to a multiple of the cores).  ``max_block_labels``: largest number of labels in one block.
-    ``checkpoint_interval``: with one Spark job per sweep, stateful models truncate the lineage every this
-    many sweeps.  ``session_sweeps``: a sweep session of a stateful model ends (its states cached with a
-    truncated lineage) after this many sweeps; a task failure replays at most that many.  ``tree_depth``:
-    depth of ``treeAggregate``.  ``checkpoint_dir`` and ``checkpoint_every``:
-    save the fit's state every this many sweeps and resume from it when the same run is started again
-    (0 = off).  ``inject_task_failure``: test-only; the first attempt of partition 0 fails at that sweep
-    (0 = off), to show that a retried task does not change the result.  ``resident_blocks``: keep the
-    blocks in the Python workers between sweeps (``auto`` = on a local master; see
-    :mod:`crowdspark.engine.resident`).  ``sweep_mode``: ``session`` runs a fit's sweeps in barrier jobs whose
-    tasks keep their blocks (and per-item states) and exchange statistics with the driver over TCP,
-    ``jobs`` runs one Spark job per sweep, ``auto`` = ``session`` on a local master without dynamic
-    allocation (see :mod:`crowdspark.engine.session`).  ``small_input_bytes``: a Spark run whose input
-    files total fewer bytes (and that has no ``input.filter``) collects the labels to the driver and fits
-    them with the local engine, which gives the same answers; ``0`` always distributes.  ``cache_input``:
-    cache the label columns while they are validated and grouped into blocks (``auto`` = cache CSV and JSON
-    files and DataFrames passed in, re-read Parquet and ORC, whose three columns Spark reads faster than it
-    caches them; ``on`` pays off where reads are slow, e.g. an object store).
+    Attributes
+    ----------
+    name : str
+        ``spark``, or ``local`` (numpy in one process, no Spark).
+    max_block_labels : int
+        Largest number of labels in one block (an item is never split).
+    small_input_bytes : int
+        A Spark run whose label files total fewer bytes (and that has no ``input.filter``) fits them with the
+        local engine on the driver, which gives the same answers in seconds instead of several Spark jobs;
+        ``0`` always distributes.  The run summary says which path ran (``small_input``).
+    checkpoint_dir : str
+        Where long fits save their state (a path the driver can write: local disk or a shared mount); the
+        same command started again resumes from the last checkpoint.
+    checkpoint_every : int
+        Save the fit's state every this many sweeps (0 = off; needs ``checkpoint_dir``).
     """
 
     name: str = "spark"
-    partitions: int = 0
     max_block_labels: int = 2_000_000
-    checkpoint_interval: int = 10
-    session_sweeps: int = 100
-    tree_depth: int = 2
+    small_input_bytes: int = 8 * 1024 * 1024
     checkpoint_dir: str = ""
     checkpoint_every: int = 0
-    inject_task_failure: int = 0
-    resident_blocks: str = "auto"
-    sweep_mode: str = "auto"
-    small_input_bytes: int = 8 * 1024 * 1024
-    cache_input: str = "auto"
 
     def __post_init__(self) -> None:
         coerce_fields(self, "engine")
-        check_choice("engine.resident_blocks", self.resident_blocks, ("auto", "on", "off"))
-        check_choice("engine.sweep_mode", self.sweep_mode, ("auto", "session", "jobs"))
-        check_choice("engine.cache_input", self.cache_input, ("auto", "on", "off"))
+        check_choice("engine.name", self.name, ENGINES)
+        check_int("engine.max_block_labels", self.max_block_labels, minimum=1)
         check_int("engine.small_input_bytes", self.small_input_bytes, minimum=0)
         check_int("engine.checkpoint_every", self.checkpoint_every, minimum=0)
-        check_int("engine.inject_task_failure", self.inject_task_failure, minimum=0)
         if not isinstance(self.checkpoint_dir, str):
             raise ConfigError(f"engine.checkpoint_dir must be a path, but got {self.checkpoint_dir!r}")
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ConfigError("engine.checkpoint_every needs engine.checkpoint_dir (where to save the checkpoints)")
-        check_choice("engine.name", self.name, ENGINES)
-        check_int("engine.partitions", self.partitions, minimum=0)
-        check_int("engine.max_block_labels", self.max_block_labels, minimum=1)
-        check_int("engine.checkpoint_interval", self.checkpoint_interval, minimum=1)
-        check_int("engine.session_sweeps", self.session_sweeps, minimum=1)
-        check_int("engine.tree_depth", self.tree_depth, minimum=1)
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    """How the Spark engine runs (tuning; the defaults suit a local master and most clusters).
+
+    Attributes
+    ----------
+    partitions : int
+        Spark partitions of the item blocks; 0 = the cluster's default parallelism (number of cores), or one
+        partition per 4M labels when that is more (block building holds a partition in pandas), rounded up to
+        a multiple of the cores so that every core gets the same share of the sweeps.
+    sweep_mode : str
+        ``session`` runs a fit's sweeps in barrier jobs whose tasks keep their blocks (and per-item states)
+        and exchange statistics with the driver over an authenticated TCP connection (tasks must reach the
+        driver's host, ``docs/security.md``); ``jobs`` runs one Spark job per sweep; ``auto`` = ``session`` on
+        a local master without dynamic allocation.
+    session_sweeps : int
+        In sweep sessions, a stateful model's session ends after this many sweeps: its states are cached with
+        a truncated lineage and a new session starts; a task failure replays at most this many sweeps.
+    checkpoint_interval : int
+        Stateful models (samplers, collapsed VI) truncate the Spark lineage every this many sweeps when each
+        sweep is one Spark job (``sweep_mode = "jobs"``).
+    tree_depth : int
+        Depth of the ``treeAggregate`` that sums the statistics of the blocks.
+    resident_blocks : str
+        Keep the blocks in the Python workers between sweeps instead of streaming them from Spark's cache
+        every sweep: ``auto`` (on with a local master, where every task can read the spill files), ``on`` or
+        ``off``.
+    cache_input : str
+        Cache the label columns while they are validated and grouped into blocks (several scans): ``auto``
+        caches CSV and JSON files and DataFrames passed in, and re-reads Parquet and ORC, whose three columns
+        Spark reads faster than it caches them; ``on`` can pay where reads are slow (an object store);
+        ``off`` never caches.
+    """
+
+    partitions: int = 0
+    sweep_mode: str = "auto"
+    session_sweeps: int = 100
+    checkpoint_interval: int = 10
+    tree_depth: int = 2
+    resident_blocks: str = "auto"
+    cache_input: str = "auto"
+
+    def __post_init__(self) -> None:
+        coerce_fields(self, "spark")
+        check_int("spark.partitions", self.partitions, minimum=0)
+        check_choice("spark.sweep_mode", self.sweep_mode, ("auto", "session", "jobs"))
+        check_int("spark.session_sweeps", self.session_sweeps, minimum=1)
+        check_int("spark.checkpoint_interval", self.checkpoint_interval, minimum=1)
+        check_int("spark.tree_depth", self.tree_depth, minimum=1)
+        check_choice("spark.resident_blocks", self.resident_blocks, ("auto", "on", "off"))
+        check_choice("spark.cache_input", self.cache_input, ("auto", "on", "off"))
+
+
+#: keys that moved from [engine] to [spark]: what an older configuration is told
+MOVED_TO_SPARK = tuple(f.name for f in fields(SparkConfig))
 
 
 @dataclass(frozen=True)
@@ -171,6 +231,7 @@ class RunConfig:
     gold: GoldConfig = field(default_factory=GoldConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
+    spark: SparkConfig = field(default_factory=SparkConfig)
     algorithms: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -193,7 +254,7 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly view (for ``summary.json``)."""
         out: dict[str, Any] = {"algorithm": self.algorithm, "seed": self.seed}
-        for section in ("input", "gold", "output", "engine"):
+        for section in _SECTIONS:
             obj = getattr(self, section)
             out[section] = {f.name: _jsonable(getattr(obj, f.name)) for f in fields(obj)}
         out["algorithms"] = {k: dict(v) for k, v in self.algorithms.items()}
@@ -204,7 +265,8 @@ def _jsonable(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-_SECTIONS = {"input": InputConfig, "gold": GoldConfig, "output": OutputConfig, "engine": EngineConfig}
+_SECTIONS = {"input": InputConfig, "gold": GoldConfig, "output": OutputConfig, "engine": EngineConfig,
+             "spark": SparkConfig}
 _TOP_KEYS = ("algorithm", "seed")
 
 
@@ -284,6 +346,12 @@ def _build_section(name: str, values: Any) -> Any:
         raise ConfigError(f"[{name}] must be a table of keys, but got {values!r}")
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(values) - known)
+    moved = [k for k in unknown if name == "engine" and k in MOVED_TO_SPARK]
+    if moved:
+        raise ConfigError(
+            f"{', '.join(f'engine.{k}' for k in moved)} moved to the [spark] section (Spark tuning): write "
+            f"{', '.join(f'spark.{k}' for k in moved)} instead"
+        )
     if unknown:
         raise ConfigError(
             f"unknown configuration key(s) {', '.join(f'{name}.{k}' for k in unknown)}; "

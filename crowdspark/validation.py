@@ -18,12 +18,13 @@ from dataclasses import fields
 from typing import Any
 
 from crowdspark.errors import ConfigError
+from crowdspark.faces import display_key
 
 __all__ = ["check_int", "check_float", "check_choice", "check_bool", "coerce", "coerce_fields", "did_you_mean"]
 
 
 def _fail(name: str, constraint: str, value: Any) -> ConfigError:
-    return ConfigError(f"{name} must be {constraint}, but got {value!r}")
+    return ConfigError(f"{display_key(name)} must be {constraint}, but got {value!r}")
 
 
 def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None) -> int:

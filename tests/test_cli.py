@@ -88,8 +88,11 @@ def test_rerun_replaces_the_output_atomically(tmp_path):
 def test_algorithms_lists_parameters(capsys):
     assert main(["algorithms"]) == 0
     listing = json.loads(capsys.readouterr().out)
-    assert listing["ds"] == {"max_iter": 100, "tol": 1e-6, "smoothing": 0.5}
-    assert listing["dds"]["n_levels"] == "chosen among [1, 2] by BIC unless set"
+    defaults = {key: value["default"] for key, value in listing["ds"]["parameters"].items()}
+    assert defaults == {"max_iter": 100, "tol": 1e-6, "smoothing": 0.5}
+    assert listing["dds"]["parameters"]["n_levels"]["default"] == "chosen among [1, 2] by BIC unless set"
+    assert listing["ds"]["python"] == {"pandas": "crowdspark.api.DawidSkene",
+                                       "pyspark.ml": "crowdspark.ml.DawidSkeneAggregator"}
 
 
 @pytest.mark.spark

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import tomllib
 
-from crowdspark.algorithms import algorithm_names, build_model, hyperparameters, model_class
+from crowdspark.models.registry import algorithm_names, build_model, hyperparameters, model_class
 from crowdspark.config import EngineConfig, GoldConfig, InputConfig, OutputConfig, RunConfig, load_config
 from crowdspark.errors import ConfigError
 from tests.helpers import DATA
@@ -17,29 +17,42 @@ from tests.helpers import DATA
 DEFAULT = DATA.parent / "conf" / "default.toml"
 
 
-def test_default_toml_documents_every_key_with_the_code_default():
+def test_default_toml_is_generated_from_the_code_and_holds_every_default():
+    from crowdspark.config import SparkConfig
+    from crowdspark.defaults import render_defaults
+
+    assert DEFAULT.read_text() == render_defaults(), "conf/default.toml is stale: run `crowdspark defaults`"
     tree = tomllib.loads(DEFAULT.read_text())
     defaults = RunConfig()
     assert tree["algorithm"] == defaults.algorithm and tree["seed"] == defaults.seed
-    for name, cls in (("input", InputConfig), ("gold", GoldConfig), ("output", OutputConfig), ("engine", EngineConfig)):
+    for name, cls in (("input", InputConfig), ("gold", GoldConfig), ("output", OutputConfig), ("engine", EngineConfig),
+                      ("spark", SparkConfig)):
         obj = cls()
         expected = {f.name: (list(v) if isinstance(v := getattr(obj, f.name), tuple) else v) for f in fields(cls)}
         assert tree[name] == expected, name
     for algorithm in algorithm_names():
         expected = hyperparameters(algorithm)
-        if getattr(model_class(algorithm), "auto_levels", ()):  # H is chosen at run time unless n_levels is set (documented in a comment)
+        if getattr(model_class(algorithm), "auto_levels", ()):  # H is chosen at run time unless n_levels is set
             del expected["n_levels"]
         assert tree.get(algorithm, {}) == expected, algorithm
     assert load_config([DEFAULT]) == RunConfig(algorithms={k: v for k, v in tree.items() if k in algorithm_names()})
 
 
+def test_spark_tuning_keys_live_in_their_own_section():
+    assert load_config(overrides=["spark.partitions=4"]).spark.partitions == 4
+    with pytest.raises(ConfigError, match=r"engine.partitions moved to the \[spark\] section .*write spark.partitions"):
+        load_config(overrides=["engine.partitions=4"])
+    with pytest.raises(ConfigError, match="unknown configuration key"):
+        load_config(overrides=["engine.inject_task_failure=3"])  # a test hook, not a setting
+
+
 def test_precedence_file_then_set_then_flags(tmp_path):
     conf = tmp_path / "a.toml"
-    conf.write_text('seed = 4\nalgorithm = "mv"\n[ds]\nmax_iter = 7\n[engine]\npartitions = 2\n')
+    conf.write_text('seed = 4\nalgorithm = "mv"\n[ds]\nmax_iter = 7\n[spark]\npartitions = 2\n')
     config = load_config([conf], ["ds.max_iter=9", "seed=5"], seed=6, engine_name="local")
     assert config.seed == 6 and config.algorithm == "mv"
     assert config.algorithm_params("ds") == {"max_iter": 9}
-    assert config.engine.partitions == 2 and config.engine.name == "local"
+    assert config.spark.partitions == 2 and config.engine.name == "local"
 
 
 def test_set_values_are_read_as_toml_then_as_strings():
@@ -60,7 +73,7 @@ def test_set_values_are_read_as_toml_then_as_strings():
         (["input.classes=a"], r"input.classes must be a list"),
         (["engine.name=flink"], r"engine.name must be one of \['spark', 'local'\], but got 'flink'"),
         (["engine.max_block_labels=0"], r"engine.max_block_labels must be an integer >= 1, but got 0"),
-        (["engine.session_sweeps=0"], r"engine.session_sweeps must be an integer >= 1, but got 0"),
+        (["spark.session_sweeps=0"], r"spark.session_sweeps must be an integer >= 1, but got 0"),
         (["bogus=1"], r"unknown configuration key 'bogus'"),
         (["sed=3"], r"unknown configuration key 'sed' \(did you mean 'seed'\?\); top-level keys are algorithm, seed"),
         (["seed=1.5"], r"seed must be an integer, but got 1.5"),
@@ -187,8 +200,8 @@ def test_pandas_api_keyword_arguments_take_integral_floats():
     assert fitted.summary_["parameters"] == want.summary_["parameters"]
     assert _typed(fitted.summary_["parameters"]) == _typed(want.summary_["parameters"])
     pd.testing.assert_frame_equal(fitted.probas_, want.probas_)
-    with pytest.raises(ConfigError, match=r"^idbla.burn_in must be an integer, but got 10.5$"):
-        Aggregator("idbla", burn_in=10.5).fit(labels)
+    with pytest.raises(ConfigError, match=r"^burn_in must be an integer, but got 10.5$"):  # the API's own name
+        Aggregator("idbla", burn_in=10.5)
 
 
 # --------------------------------------------------------------------------- sections
@@ -219,7 +232,7 @@ def test_every_bundled_configuration_file_loads(path):
     assert set(config.algorithms) == set(tree) & set(algorithm_names())
 
 
-KNOWN_SECTIONS = r"the sections are input, gold, output, engine and the algorithm names mv, ds, bcc, idbla, .*dds"
+KNOWN_SECTIONS = r"the sections are input, gold, output, engine, spark and the algorithm names mv, ds, bcc, idbla, .*dds"
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdspark.algorithms import algorithm_names, build_model, hyperparameters, model_class
+from crowdspark.models.registry import algorithm_names, build_model, hyperparameters, model_class
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import finish_fn, fit
 from crowdspark.stats import sum_stats

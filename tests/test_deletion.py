@@ -328,7 +328,7 @@ def _stateful_states(engine_factory, blocks):
     """An IDBLA model's per-block states after its initialization, on an engine built by ``engine_factory``."""
     from functools import partial
 
-    from crowdspark.algorithms import build_model
+    from crowdspark.models.registry import build_model
     from crowdspark.engine.loop import _init
 
     model = build_model("idbla", {"burn_in": 2, "n_samples": 2}, 164, 2, 0)

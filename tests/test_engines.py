@@ -57,7 +57,7 @@ def read_items(path):
 
 def run_engine(spark, engine, labels, gold, out, algorithm="ds", partitions=0, extra=()):
     config = load_config(
-        overrides=[f"engine.partitions={partitions}", "engine.small_input_bytes=0", *extra], algorithm=algorithm,
+        overrides=[f"spark.partitions={partitions}", "engine.small_input_bytes=0", *extra], algorithm=algorithm,
         engine_name=engine, seed=11,
     )
     return aggregate(config, labels, str(out), gold_path=gold, spark=spark).summary
@@ -162,7 +162,7 @@ SHORT_CHAIN = ["{alg}.burn_in=10", "{alg}.n_samples=10"]
 @pytest.mark.parametrize("algorithm", ["idbla", "fixed-idbla", "bcc"])
 def test_samplers_are_identical_on_both_engines_and_any_partitioning(spark, tmp_path, algorithm):
     labels, gold = str(DATA / "temp" / "labels.csv"), str(DATA / "temp" / "truth.csv")
-    extra = [s.format(alg=algorithm) for s in SHORT_CHAIN] + ["engine.checkpoint_interval=4", "engine.session_sweeps=4"]
+    extra = [s.format(alg=algorithm) for s in SHORT_CHAIN] + ["spark.checkpoint_interval=4", "spark.session_sweeps=4"]
     local = run_engine(None, "local", labels, gold, tmp_path / "local", algorithm, extra=extra)
     local_items = read_items(str(tmp_path / "local"))
     for partitions in (1, 8):

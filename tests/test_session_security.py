@@ -490,5 +490,5 @@ def test_session_addresses_need_the_driver_host_on_a_cluster():
     from crowdspark.engine.spark import session_addresses
     from crowdspark.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="spark.driver.host is not set on the master 'yarn'.*engine.sweep_mode=jobs"):
+    with pytest.raises(ConfigError, match="spark.driver.host is not set on the master 'yarn'.*spark.sweep_mode=jobs"):
         session_addresses("yarn", {})

@@ -174,11 +174,11 @@ def test_parquet_integer_ids_json_folder_and_glob_read_alike(run, tmp_path):
     for summary in (as_folder, as_glob, as_json, as_csv):
         assert summary["counts"]["labels"] == 6 and summary["counts"]["items"] == 3
         assert summary["classes"] == ["0", "1"]
-    if "input_cached" in as_folder:  # the Spark engine: engine.cache_input = "auto" re-reads Parquet only
+    if "input_cached" in as_folder:  # the Spark engine: spark.cache_input = "auto" re-reads Parquet only
         assert [s["input_cached"] for s in (as_folder, as_glob, as_json, as_csv)] == [False, False, True, True]
-        on = run(folder, overrides=["engine.cache_input=on"])
+        on = run(folder, overrides=["spark.cache_input=on"])
         assert on["input_cached"] is True and on["counts"] == as_folder["counts"]
-        assert run(csv_path, overrides=["engine.cache_input=off"])["input_cached"] is False
+        assert run(csv_path, overrides=["spark.cache_input=off"])["input_cached"] is False
 
 
 @pytest.mark.parametrize(
@@ -188,9 +188,9 @@ def test_parquet_integer_ids_json_folder_and_glob_read_alike(run, tmp_path):
         (["ds.tol=-1"], r"ds.tol must be a number >= 0, but got -1"),
         (["ds.smoothing=0"], r"ds.smoothing must be a number > 0, but got 0"),
         (["ds.maxiter=3"], r"unknown parameter\(s\) ds.maxiter for algorithm 'ds'; known: max_iter, smoothing, tol"),
-        (["engine.partitions=-1"], r"engine.partitions must be an integer >= 0, but got -1"),
+        (["spark.partitions=-1"], r"spark.partitions must be an integer >= 0, but got -1"),
         (["output.format=xml"], r"output.format must be one of \['parquet', 'csv'\], but got 'xml'"),
-        (["engine.cache_input=yes"], r"engine.cache_input must be one of \['auto', 'on', 'off'\], but got 'yes'"),
+        (["spark.cache_input=yes"], r"spark.cache_input must be one of \['auto', 'on', 'off'\], but got 'yes'"),
     ],
 )
 def test_invalid_parameters(run, tmp_path, overrides, message):
@@ -202,7 +202,7 @@ def test_invalid_parameters(run, tmp_path, overrides, message):
 def test_invalid_seed_and_algorithm():
     with pytest.raises(ConfigError, match=r"seed must be an integer >= 0, but got -3"):
         load_config(seed=-3)
-    from crowdspark.algorithms import build_model
+    from crowdspark.models.registry import build_model
 
     with pytest.raises(ConfigError, match=r"algorithm must be one of \['mv', 'ds'.*but got 'em'"):
         build_model("em", {}, 3, 2, 0)
@@ -210,7 +210,7 @@ def test_invalid_seed_and_algorithm():
 
 def test_more_partitions_than_items(run, tmp_path):
     path = write_csv(tmp_path / "l.csv", BASIC)
-    summary = run(path, overrides=["engine.partitions=8"])
+    summary = run(path, overrides=["spark.partitions=8"])
     assert summary["counts"]["items"] == 3
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from crowdspark.block import Block, block_counts
 from crowdspark.engine.base import Engine
 from crowdspark.engine.checkpoint import Checkpointer
+from crowdspark.faces import display_key, setting
 from crowdspark.models.base import ItemResult, Model, State, Update
 from crowdspark.stats import Stats
 
@@ -216,7 +217,8 @@ def _fit(model: Model, engine: Engine, warm_start: WarmStart | None, checkpoint:
             result.stop_reason = f"reached max_iter={schedule.max_sweeps} with change {last:.3g} >= tol {tol:g}"
             message = (
                 f"{model.name} did not converge: {result.stop_reason}. "
-                "Increase max_iter (e.g. --set <algorithm>.max_iter=...) or loosen tol."
+                f"Increase {display_key(model.name + '.max_iter')} (e.g. {setting(model.name + '.max_iter', '...')}) "
+                f"or loosen {display_key(model.name + '.tol')}."
             )
             warnings.warn(message, ConvergenceWarning, stacklevel=3)  # the caller of fit()
             log.warning(message)

@@ -11,7 +11,7 @@ such as its incidence matrix) for the next sweeps.  Python workers are reused be
 A lost handle partition is recomputed from the lineage, which spills the block again.  Spill files are on
 the local disk of the machine that built them: this is safe when every task can read that disk, i.e. on
 a local master (``local[*]``), which is where the engine turns it on by default
-(``engine.resident_blocks = "auto"``).  On a cluster the blocks travel from Spark's cache as usual.
+(``spark.resident_blocks = "auto"``).  On a cluster the blocks travel from Spark's cache as usual.
 
 Spill folders (``crowdspark-blocks-<engine id>-<random>``) are created by the driver with mode 0700 and
 carry crowdspark's marker (kind ``spill``, with the driver's process id and host name): the engine deletes

@@ -28,7 +28,7 @@ tasks connect again (their task attempt ids are higher than any seen before the 
 sends the interrupted sweep again.  Sweeps are pure functions of the blocks, the states and the parameters
 (randomness comes from (seed, sweep, item key)), so the retried sweep gives the same statistics.  Restarted
 tasks of a stateful session hold the states the session began with: the driver keeps the session's
-requests and replays them first (which is why stateful sessions end every ``engine.session_sweeps``
+requests and replays them first (which is why stateful sessions end every ``spark.session_sweeps``
 sweeps, or earlier when the kept requests pass 256 MiB).  If the job fails for good, the driver raises its error.
 
 **Where it runs.**  Tasks must reach the driver's Python process on a TCP port.  On a local master the

@@ -115,7 +115,7 @@ class Channel:
         if len(payload) > MAX_FRAME_BYTES:
             raise SessionError(
                 f"sweep session: a frame of {len(payload)} bytes is above the limit of {MAX_FRAME_BYTES} bytes; "
-                "set engine.sweep_mode=jobs for a model this large"
+                "set spark.sweep_mode=jobs for a model this large"
             )
         header = _HEADER.pack(len(payload))
         if len(payload) < _JOIN_BELOW:
@@ -215,7 +215,7 @@ def connect(address: tuple[str, int], key: bytes, partition: int, attempt_id: in
         raise SessionError(
             f"cannot reach the driver's sweep session at {host}:{port} ({error}); the session has ended (a cached "
             "sweep was recomputed after it) or executors cannot connect to the driver's host: set "
-            "engine.sweep_mode=jobs"
+            "spark.sweep_mode=jobs"
         ) from error
     try:
         sock.settimeout(None)

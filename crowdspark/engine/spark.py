@@ -211,7 +211,7 @@ def session_addresses(master: str, conf) -> tuple[str, str]:
     if not host:
         raise ConfigError(
             f"spark.driver.host is not set on the master {master!r}: sweep sessions need the address executors "
-            "reach the driver at; set spark.driver.host, or set engine.sweep_mode=jobs"
+            "reach the driver at; set spark.driver.host, or set spark.sweep_mode=jobs"
         )
     return conf.get("spark.driver.bindAddress") or host, host
 

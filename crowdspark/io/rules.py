@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from crowdspark.errors import InputError
+from crowdspark.faces import display_key, setting
 
 __all__ = [
     "MAX_CLASSES",
@@ -49,6 +50,8 @@ __all__ = [
 
 
 MAX_CLASSES = 1000
+#: the class set a hint shows
+CLASSES_EXAMPLE = ["a", "b"]
 
 
 @dataclass(frozen=True)
@@ -111,10 +114,10 @@ def missing_columns_error(
     what: str, source: str, missing: list[str], present: list[str], keys: list[str], hint: str = ""
 ) -> InputError:
     """The message for columns that are not there."""
-    keys_hint = ", ".join(f"{k}=<column>" for k in keys)
+    keys_hint = ", ".join(setting(k, "<column>") for k in keys)
     return InputError(
         f"{what} at {source!r} has no column(s) {missing}; present columns: {present}. {hint}"
-        f"Name the right columns with --set {keys_hint} (crowd-kit data: --set input.item=task)."
+        f"Name the right columns with {keys_hint} (crowd-kit data: {setting('input.item', 'task')})."
     )
 
 
@@ -219,20 +222,20 @@ def decide_classes(observed: list[str], configured: tuple[str, ...], source: str
         if outside:
             raise InputError(
                 f"labels at {source!r}: column {label_column!r} has value(s) {outside[:10]} outside the "
-                f"configured classes {list(configured)}. Add them to input.classes or fix the data."
+                f"configured classes {list(configured)}. Add them to {display_key('input.classes')} or fix the data."
             )
         classes = list(configured)
     else:
         if len(observed) > MAX_CLASSES:
             raise InputError(
                 f"labels at {source!r}: column {label_column!r} has {len(observed)} distinct values "
-                f"(more than {MAX_CLASSES}); is it the label column? Set --set input.label=<column>."
+                f"(more than {MAX_CLASSES}); is it the label column? Set {setting('input.label', '<column>')}."
             )
         classes = order_classes(list(observed))
     if len(classes) < 2:
         raise InputError(
             f"labels at {source!r} have a single class {classes}; aggregation needs at least two classes. "
-            "If the task has other classes, list them all with --set input.classes='[\"a\", \"b\"]'."
+            f"If the task has other classes, list them all with {setting('input.classes', CLASSES_EXAMPLE)}."
         )
     return classes
 

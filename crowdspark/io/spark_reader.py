@@ -31,6 +31,7 @@ import pandas as pd
 from crowdspark.block import Block
 from crowdspark.config import GoldConfig, InputConfig
 from crowdspark.errors import ConfigError, InputError
+from crowdspark.faces import setting
 from crowdspark.io.cells import SPARK_ERROR_END, SPARK_ERROR_START, canonical_spark
 from crowdspark.io.paths import resolve_format
 from crowdspark.io.rules import (
@@ -73,7 +74,7 @@ log = logging.getLogger(__name__)
 
 
 # formats whose files Spark reads column by column: re-reading the three label columns costs less than
-# caching them (see ``engine.cache_input``)
+# caching them (see ``spark.cache_input``)
 COLUMNAR_FORMATS = ("parquet", "orc")
 
 
@@ -344,7 +345,7 @@ def _validate_labels(frame, cfg: InputConfig, cols: dict[str, str], source: str)
     if len(labels) > MAX_CLASSES:
         raise InputError(
             f"labels at {source!r}: column {cfg.label!r} has at least {MAX_CLASSES + 1} distinct values "
-            f"(more than {MAX_CLASSES}); is it the label column? Set --set input.label=<column>."
+            f"(more than {MAX_CLASSES}); is it the label column? Set {setting('input.label', '<column>')}."
         )
     classes = decide_classes(sorted(labels), cfg.classes, source, cfg.label)
     workers = tuple(sorted(r[0] for r in frame.select("worker").distinct().collect()))

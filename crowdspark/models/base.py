@@ -126,7 +126,17 @@ class Schedule:
 class Model:
     """Base class of the kernel protocol; see the module docstring."""
 
+    #: the algorithm's name (``--algorithm``, the configuration section, ``summary.json``)
     name: str = "model"
+    #: the human name of the model (listings, the README's table)
+    title: str = ""
+    #: the class name of the model in the Python faces: ``crowdspark.api.<api_name>``,
+    #: ``crowdspark.ml.<api_name>Aggregator``
+    api_name: str = ""
+    #: what the model is, in one line (listings)
+    description: str = ""
+    #: crowd-kit's names for this model's parameters, beyond :data:`crowdspark.faces.CROWDKIT_ALIASES`
+    aliases: dict[str, str] = {}
     #: whether blocks carry per-item state between sweeps (the engine then keeps what the kernels return)
     stateful: bool = False
     #: number of extra initialization rounds (see ``init_round``)

@@ -109,6 +109,11 @@ class DawidSkene(Model):
     smoothing: float = 0.5
 
     name: ClassVar[str] = "ds"
+    title: ClassVar[str] = "Dawid-Skene"
+    api_name: ClassVar[str] = "DawidSkene"
+    description: ClassVar[str] = (
+        "one confusion matrix per worker; MAP EM from majority vote"
+    )
     worker_params: ClassVar[tuple[str, ...]] = ("log_pi",)
     shared_params: ClassVar[tuple[str, ...]] = ("log_alpha",)
 

@@ -495,6 +495,11 @@ class DifficultyDawidSkene(LevelModel):
     start_from_ds: bool = False
 
     name: ClassVar[str] = "dds"
+    title: ClassVar[str] = "difficulty Dawid-Skene"
+    api_name: ClassVar[str] = "DifficultyDawidSkene"
+    description: ClassVar[str] = (
+        "Dawid-Skene whose harder item levels make every worker less reliable; MAP EM; H = 1 is Dawid-Skene"
+    )
     auto_levels: ClassVar[tuple[int, ...]] = (1, 2)
     default_level_criterion: ClassVar[str] = "bic"
     item_extras: ClassVar[dict[str, str]] = {"level": "int", "level_posterior": "array<double>"}

@@ -606,6 +606,8 @@ class IdblaCvb(IdblaInit):
         As :class:`IdblaInit`.
     omega, gamma_alpha, gamma_beta : float
         Dirichlet pseudo-counts of pi, alpha and beta (> 0; the paper uses 1).
+    diagonal_prior : float
+        Extra pseudo-count >= 0 on the diagonal cell of every pi row (the paper: 0).
     correction : bool
         Second-order (Gaussian) correction from the variances of the excluded counts (True, "CVB"), or the
         first-order update (False, "CVB0").
@@ -632,6 +634,11 @@ class IdblaCvb(IdblaInit):
     tol: float = 1e-4
 
     name: ClassVar[str] = "idbla-cvb"
+    title: ClassVar[str] = "IDBLA by collapsed VI"
+    api_name: ClassVar[str] = "IdblaCvb"
+    description: ClassVar[str] = (
+        "IDBLA by collapsed variational inference with the second-order correction"
+    )
     #: the initialization's rounds, then one that turns T and Q into lambda and rho and sums the tables
     n_init_rounds: ClassVar[int] = IdblaInit.n_init_rounds + 1
 
@@ -773,3 +780,6 @@ class IdblaCvb0(IdblaCvb):
     correction: bool = False
 
     name: ClassVar[str] = "idbla-cvb0"
+    title: ClassVar[str] = "IDBLA by CVB0"
+    api_name: ClassVar[str] = "IdblaCvb0"
+    description: ClassVar[str] = "IDBLA by first-order collapsed variational inference (CVB0)"

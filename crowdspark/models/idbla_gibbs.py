@@ -300,6 +300,11 @@ class IdblaGibbs(IdblaInit):
     min_level_share: float = 0.02
 
     name: ClassVar[str] = "idbla"
+    title: ClassVar[str] = "IDBLA by Gibbs sampling"
+    api_name: ClassVar[str] = "Idbla"
+    description: ClassVar[str] = (
+        "a true label and a difficulty level per item, a confusion matrix per worker and level; Gibbs sampling"
+    )
     extra_level_criteria: ClassVar[dict[str, bool]] = {"paper": True, "collapsed": True, "collapsed_raw": True}
     worker_params: ClassVar[tuple[str, ...]] = ("pi",)
     shared_params: ClassVar[tuple[str, ...]] = ("alpha", "beta")
@@ -588,6 +593,11 @@ class FixedIdbla(IdblaGibbs):
     cap_delta: bool = True
 
     name: ClassVar[str] = "fixed-idbla"
+    title: ClassVar[str] = "Fixed-IDBLA"
+    api_name: ClassVar[str] = "FixedIdbla"
+    description: ClassVar[str] = (
+        "IDBLA with fixed easy and hard levels; Gibbs sampling"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -632,6 +642,11 @@ class Bcc(IdblaGibbs):
     diagonal_prior: float = 1.0
 
     name: ClassVar[str] = "bcc"
+    title: ClassVar[str] = "BCC"
+    api_name: ClassVar[str] = "Bcc"
+    description: ClassVar[str] = (
+        "Bayesian Dawid-Skene (Kim & Ghahramani) by Gibbs sampling"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

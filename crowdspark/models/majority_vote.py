@@ -57,7 +57,11 @@ class MajorityVote(Model):
     seed: int = 0
 
     name: ClassVar[str] = "mv"
-    max_sweeps: ClassVar[int] = 0
+    title: ClassVar[str] = "majority vote"
+    api_name: ClassVar[str] = "MajorityVote"
+    description: ClassVar[str] = (
+        "the most frequent label of each item; ties broken at random from the seed; posterior = vote shares"
+    )
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         _, label = majority_labels(block, self.n_classes, self.seed)

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from crowdspark import __version__
-from crowdspark.algorithms import build_model, model_class, model_parameters
+from crowdspark.models.registry import build_model, model_class, model_parameters
 from crowdspark.block import Block
 from crowdspark.config import RunConfig
 from crowdspark.engine.base import Engine
@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RunOptions:
-    """Operational options of a run: a warm start, and what identifies the run's inputs for its checkpoints.
+    """Operational options of a run: a warm start, what identifies the run's inputs for its checkpoints, and
+    the tests' fault injection (not a user setting).
 
     Attributes
     ----------
@@ -44,10 +45,14 @@ class RunOptions:
         A previous run's model (``--warm-start``).
     inputs : dict
         Description of the inputs (paths, sizes) that goes into the checkpoint fingerprint.
+    inject_task_failure : int
+        Test hook: on the Spark engine, the first attempt of partition 0 fails at this sweep (0 = off), to
+        show that a retried task does not change the result.
     """
 
     warm_start: SavedModel | None = None
     inputs: dict[str, Any] = field(default_factory=dict)
+    inject_task_failure: int = 0
 
 
 def _evaluate_block(model: Model, block: Block, state: State, params: Any) -> tuple[State, Stats]:

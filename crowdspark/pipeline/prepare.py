@@ -159,11 +159,11 @@ def default_partitions(spark, n_labels: int) -> int:
 
 
 def _cache_input(config: RunConfig, input_format: str | None) -> bool:
-    """Whether Spark caches the label columns for validation and block building (``engine.cache_input``)."""
+    """Whether Spark caches the label columns for validation and block building (``spark.cache_input``)."""
     from crowdspark.io.spark_reader import COLUMNAR_FORMATS
 
-    if config.engine.cache_input != "auto":
-        return config.engine.cache_input == "on"
+    if config.spark.cache_input != "auto":
+        return config.spark.cache_input == "on"
     return input_format not in COLUMNAR_FORMATS
 
 
@@ -185,6 +185,7 @@ def prepare_spark(
     gold_source: str | None = None,
     timer: Timer | None = None,
     input_format: str | None = None,
+    inject_task_failure: int = 0,
 ) -> Prepared:
     """Validate Spark DataFrames and cache their blocks in a Spark engine.
 
@@ -200,7 +201,10 @@ def prepare_spark(
         Gets the phases ``validate`` and ``blocks``.
     input_format : str, optional
         The format of the files ``labels_raw`` was read from (``None``: a DataFrame passed in); decides
-        ``engine.cache_input = "auto"``.
+        ``spark.cache_input = "auto"``.
+    inject_task_failure : int
+        Test hook (:class:`crowdspark.pipeline.fit.RunOptions`): the first attempt of partition 0 fails at
+        this sweep (0 = off).
     """
     from crowdspark.engine.spark import SparkEngine
     from crowdspark.io.spark_reader import (
@@ -226,16 +230,16 @@ def prepare_spark(
         counts["gold_repeated_rows"] = gold.repeated_rows
         input_warnings = _logged([gold_unmatched_spark(labels, gold, counts["gold_items_without_labels"])])
     timer.lap("validate")
-    n_partitions = config.engine.partitions or default_partitions(spark, labels.n_rows)
+    n_partitions = config.spark.partitions or default_partitions(spark, labels.n_rows)
     max_labels = config.engine.max_block_labels
     engine = SparkEngine(
         block_rdd(labels, gold, n_partitions, max_labels),
-        checkpoint_interval=config.engine.checkpoint_interval,
-        session_sweeps=config.engine.session_sweeps,
-        tree_depth=config.engine.tree_depth,
-        inject_task_failure=config.engine.inject_task_failure,
-        resident_blocks=config.engine.resident_blocks,
-        sweep_mode=config.engine.sweep_mode,
+        checkpoint_interval=config.spark.checkpoint_interval,
+        session_sweeps=config.spark.session_sweeps,
+        tree_depth=config.spark.tree_depth,
+        inject_task_failure=inject_task_failure,
+        resident_blocks=config.spark.resident_blocks,
+        sweep_mode=config.spark.sweep_mode,
     )
     try:
         engine.materialize()

@@ -4,7 +4,7 @@ spark-submit job and the end-to-end tests call; the Python faces call :func:`fit
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
@@ -93,12 +93,12 @@ def aggregate_frames(
 
 
 def _prepare(source: Source, config: RunConfig, labels_path: str, gold_path: str | None, timer: Timer,
-             spark: Any) -> Prepared:
+             spark: Any, options: RunOptions) -> Prepared:
     gold_source = gold_path or "<none>"
     if source.engine == "spark":
         timer.lap("read")
         return prepare_spark(spark, config, source.labels_frame, source.gold_frame, labels_path, gold_path, timer,
-                             source.input_format)
+                             source.input_format, options.inject_task_failure)
     labels, gold = read_pandas(source, config, labels_path, gold_path)
     timer.lap("read")
     return prepare_frames(config, labels, gold, labels_path, gold_source, timer)
@@ -113,6 +113,7 @@ def aggregate(
     *,
     warm_start: str | None = None,
     run_id: str | None = None,
+    options: RunOptions | None = None,
 ) -> RunResult:
     """Run the configured algorithm and write the results.
 
@@ -135,6 +136,8 @@ def aggregate(
     run_id : str, optional
         Write into ``output_dir/run_id=<run_id>/`` and, once complete, point ``output_dir/_LATEST.json``
         at it; older runs stay where they are.
+    options : RunOptions, optional
+        Its test hooks apply (the warm start and the inputs come from the arguments).
     """
     if output_dir is not None:
         inputs = {"labels": labels_path, "gold": gold_path, "engine.checkpoint_dir": config.engine.checkpoint_dir}
@@ -143,12 +146,13 @@ def aggregate(
     source = choose_source(config, labels_path, gold_path, output_dir, warm_start, spark)
     saved = load_saved_model(warm_start, spark) if warm_start else None
     # the run id is part of the inputs: a checkpoint left by another night's run is never resumed
-    options = RunOptions(warm_start=saved, inputs={**input_signature(labels_path, gold_path), "run_id": run_id})
+    options = replace(options or RunOptions(), warm_start=saved,
+                      inputs={**input_signature(labels_path, gold_path), "run_id": run_id})
     destination = output_dir
     if output_dir is not None and run_id is not None:
         destination = run_directory(output_dir, run_id)
         make_run_root(output_dir, spark)
-    fitted = fit_prepared(config, _prepare(source, config, labels_path, gold_path, timer, spark), options)
+    fitted = fit_prepared(config, _prepare(source, config, labels_path, gold_path, timer, spark, options), options)
     if source.small_input is not None:
         fitted.summary["small_input"] = source.small_input
     try:

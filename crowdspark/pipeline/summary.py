@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crowdspark import __version__
-from crowdspark.algorithms import model_parameters
+from crowdspark.models.registry import model_parameters
 from crowdspark.config import RunConfig
 from crowdspark.engine.loop import FitResult
 from crowdspark.io.rules import Encoding

@@ -2,7 +2,7 @@
 
 A method key is ``<algorithm>`` (crowdspark's defaults), ``<algorithm>:<preset>`` (e.g. ``idbla:paper``,
 ``preset="paper"``) or ``<algorithm>:random-init`` (``init="random"``, the initialization ablation of the
-paper's Table 3).  The algorithms and presets come from :mod:`crowdspark.algorithms` at run time, so models
+paper's Table 3).  The algorithms and presets come from :mod:`crowdspark.models.registry` at run time, so models
 registered later are included and absent ones are skipped.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from crowdspark.algorithms import PRESETS, algorithm_names, hyperparameters
+from crowdspark.models.registry import PRESETS, algorithm_names, hyperparameters
 from crowdspark.errors import ConfigError
 
 __all__ = [

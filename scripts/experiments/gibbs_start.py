@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _data import load  # noqa: E402
 
 import crowdspark.models.idbla_init as idbla_init  # noqa: E402
-from crowdspark.algorithms import build_model  # noqa: E402
+from crowdspark.models.registry import build_model  # noqa: E402
 from crowdspark.block import Block  # noqa: E402
 from crowdspark.engine.local import LocalEngine  # noqa: E402
 from crowdspark.engine.loop import finish_fn, fit  # noqa: E402

@@ -1,4 +1,10 @@
-"""The registry from an algorithm's command-line name to its model class.
+"""The registry of aggregation models: what every face of crowdspark reads to offer an algorithm.
+
+:data:`MODELS` lists the model classes, in the order the faces list them; an algorithm's name is its class's
+``name``.  Registering a model there makes it appear in the command line (``--algorithm``, ``crowdspark
+algorithms``), the configuration (its ``[<name>]`` section, whose keys are the class's fields), the pandas API
+(a class named ``api_name``), the pyspark.ml face (``<api_name>Aggregator``), warm starts and saved models,
+and the conformance tests (``tests/test_conformance.py``).  ``docs/adding_a_model.md`` shows the whole recipe.
 
 A model class is a frozen dataclass whose fields are ``n_workers``, ``n_classes``, ``seed`` (set from the
 data and the run) and its hyperparameters; the hyperparameters, and the :data:`RUN_KEYS`, are the keys of
@@ -13,7 +19,9 @@ from collections.abc import Mapping
 from dataclasses import MISSING, fields, replace
 from typing import Any
 
+from crowdspark.docstrings import field_docs
 from crowdspark.errors import ConfigError
+from crowdspark.faces import display_key, field_name
 from crowdspark.models.base import LevelModel, Model
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.models.difficulty_ds import DifficultyDawidSkene
@@ -22,8 +30,8 @@ from crowdspark.models.idbla_gibbs import Bcc, FixedIdbla, IdblaGibbs
 from crowdspark.models.majority_vote import MajorityVote
 from crowdspark.validation import check_choice, check_int, did_you_mean
 
-__all__ = ["ALGORITHMS", "PRESETS", "RUN_KEYS", "register", "algorithm_names", "hyperparameters", "model_class",
-           "check_params", "build_model", "model_parameters"]
+__all__ = ["MODELS", "ALGORITHMS", "PRESETS", "RUN_KEYS", "register", "algorithm_names", "hyperparameters",
+           "model_class", "check_params", "build_model", "model_parameters", "describe"]
 
 _DATA_FIELDS = ("n_workers", "n_classes", "seed")
 
@@ -31,22 +39,33 @@ _DATA_FIELDS = ("n_workers", "n_classes", "seed")
 #: with levels only; see :func:`crowdspark.pipeline.fit.fit_configured`)
 RUN_KEYS = ("preset", "select_levels", "level_criterion")
 
+#: every registered model class, in the order the faces list them
+MODELS: tuple[type[Model], ...] = (
+    MajorityVote,
+    DawidSkene,
+    Bcc,
+    IdblaGibbs,
+    FixedIdbla,
+    IdblaCvb,
+    IdblaCvb0,
+    DifficultyDawidSkene,
+)
+
+#: algorithm name -> model class
 ALGORITHMS: dict[str, type[Model]] = {}
 
 
-def register(name: str, cls: type[Model]) -> None:
-    """Make ``cls`` available as ``--algorithm name``."""
-    ALGORITHMS[name] = cls
+def register(cls: type[Model]) -> type[Model]:
+    """Make ``cls`` available as ``--algorithm <cls.name>`` (and in every other face)."""
+    if not cls.name or cls.name in ALGORITHMS or not cls.api_name:
+        raise ValueError(f"a model needs a new name and an api_name to be registered, but {cls.__name__} has "
+                         f"name {cls.name!r} and api_name {cls.api_name!r}")
+    ALGORITHMS[cls.name] = cls
+    return cls
 
 
-register("mv", MajorityVote)
-register("ds", DawidSkene)
-register("bcc", Bcc)
-register("idbla", IdblaGibbs)
-register("fixed-idbla", FixedIdbla)
-register("idbla-cvb", IdblaCvb)
-register("idbla-cvb0", IdblaCvb0)
-register("dds", DifficultyDawidSkene)
+for _cls in MODELS:
+    register(_cls)
 
 
 #: named parameter sets (``--set <algorithm>.preset=<name>``): preset name -> algorithm -> Preset
@@ -78,6 +97,24 @@ def hyperparameters(name: str) -> dict[str, Any]:
             continue
         out[f.name] = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
     return out
+
+
+def describe(name: str) -> dict[str, Any]:
+    """What the faces say about algorithm ``name``: title, description, class names, and every parameter with
+    its default and documentation (``crowdspark algorithms`` prints this)."""
+    cls = model_class(name)
+    docs = field_docs(cls)
+    parameters = {key: {"default": value, "doc": docs.get(key, "")} for key, value in hyperparameters(name).items()}
+    if getattr(cls, "auto_levels", ()):  # H is chosen at run time unless it is set
+        parameters["n_levels"]["default"] = (f"chosen among {list(cls.auto_levels)} by "
+                                             f"{cls.default_level_criterion.upper()} unless set")
+    return {
+        "title": cls.title,
+        "description": cls.description,
+        "python": {"pandas": f"crowdspark.api.{cls.api_name}", "pyspark.ml": f"crowdspark.ml.{cls.api_name}Aggregator"},
+        "presets": sorted(cls.presets),
+        "parameters": parameters,
+    }
 
 
 def model_parameters(model: Model) -> dict[str, Any]:
@@ -142,8 +179,9 @@ def check_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(params) - set(known) - set(RUN_KEYS))
     if unknown:
         raise ConfigError(
-            f"unknown parameter(s) {', '.join(f'{name}.{k}' for k in unknown)} for algorithm {name!r}; "
-            f"known: {', '.join(sorted(known)) or '(none)'}{did_you_mean(unknown[0], [*known, *RUN_KEYS])}"
+            f"unknown parameter(s) {', '.join(display_key(f'{name}.{k}') for k in unknown)} for algorithm {name!r}; "
+            f"known: {', '.join(sorted(field_name(k) for k in known)) or '(none)'}"
+            f"{did_you_mean(unknown[0], [*known, *RUN_KEYS])}"
         )
     _check_run_keys(name, params, known)
     model = cls(n_workers=1, n_classes=2, seed=0, **{k: v for k, v in params.items() if k in known})

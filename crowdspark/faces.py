@@ -1,0 +1,116 @@
+"""How each face of crowdspark names a setting: the one place where a face adds the names of its ecosystem.
+
+crowdspark has three faces over one configuration: the command line (``--set ds.max_iter=50``,
+``--set input.item=task``), the pandas API (``DawidSkene(max_iter=50, item="task")``) and the pyspark.ml face
+(``DawidSkeneAggregator(maxIter=50, itemCol="task")``).  Every setting has one canonical key, the
+configuration's (``input.item``, ``<algorithm>.<field>``).  A face may add aliases, and nothing else:
+
+* the pandas API accepts crowd-kit's names (:data:`CROWDKIT_ALIASES`, e.g. ``n_iter`` for ``max_iter``) beside
+  the canonical field names;
+* the pyspark.ml face has a camelCase ``Param`` per field (:func:`camel`), and also accepts the field name.
+
+Messages name a setting the way the face the user called names it: :func:`using_face` marks the face of a
+call, and :func:`display_key` / :func:`setting` render a canonical key for it, so the pandas API says
+``item="task"`` where the command line says ``--set input.item=task``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+__all__ = [
+    "CLI",
+    "PANDAS",
+    "ML",
+    "CROWDKIT_ALIASES",
+    "camel",
+    "current_face",
+    "using_face",
+    "display_key",
+    "field_name",
+    "setting",
+]
+
+CLI = "cli"
+PANDAS = "pandas"
+ML = "ml"
+
+_FACE: ContextVar[str] = ContextVar("crowdspark_face", default=CLI)
+
+#: crowd-kit's parameter names that the pandas API accepts: alias -> canonical field
+CROWDKIT_ALIASES = {"n_iter": "max_iter"}
+
+#: the non-algorithm keys each Python face exposes: canonical key -> the face's name
+_FACE_KEYS = {
+    PANDAS: {"input.item": "item", "input.worker": "worker", "input.label": "label", "input.classes": "classes",
+             "gold.truth": "truth", "seed": "seed"},
+    ML: {"input.item": "itemCol", "input.worker": "workerCol", "input.label": "labelCol", "input.classes": "classes",
+         "spark.partitions": "partitions", "engine.max_block_labels": "maxBlockLabels",
+         "spark.checkpoint_interval": "checkpointInterval", "seed": "seed"},
+}
+_SECTIONS = ("input", "gold", "output", "engine")
+
+
+def camel(name: str) -> str:
+    """``max_iter`` -> ``maxIter`` (the pyspark.ml spelling of a field name)."""
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def current_face() -> str:
+    """The face of the call in progress (:data:`CLI` unless a Python face said otherwise)."""
+    return _FACE.get()
+
+
+@contextmanager
+def using_face(face: str) -> Iterator[None]:
+    """Name settings the way ``face`` does in every message raised inside the block."""
+    token = _FACE.set(face)
+    try:
+        yield
+    finally:
+        _FACE.reset(token)
+
+
+def display_key(key: str) -> str:
+    """A canonical configuration key as the current face names it.
+
+    ``ds.max_iter`` is ``ds.max_iter`` on the command line, ``max_iter`` in the pandas API and ``maxIter`` in the
+    pyspark.ml face; ``input.item`` is ``item`` / ``itemCol``.  Keys a face does not expose keep their
+    configuration form.
+    """
+    face = current_face()
+    if face == CLI:
+        return key
+    if key in _FACE_KEYS[face]:
+        return _FACE_KEYS[face][key]
+    section, _, field = key.partition(".")
+    if field and section not in _SECTIONS and "." not in field:
+        return camel(field) if face == ML else field
+    return key
+
+
+def field_name(field: str) -> str:
+    """An algorithm parameter's name in the current face (``maxIter`` in pyspark.ml, else ``max_iter``)."""
+    return camel(field) if current_face() == ML else field
+
+
+def setting(key: str, value: Any) -> str:
+    """How the current face sets ``key`` to ``value`` (a hint in a message): ``--set input.item=task``,
+    ``item='task'`` or ``itemCol='task'``.
+
+    ``value`` is a Python value, or a placeholder string such as ``"<column>"``; the command line writes
+    non-strings as TOML/JSON and quotes what the shell would split.
+    """
+    if current_face() == CLI:
+        text = value if isinstance(value, str) else json.dumps(value)
+        if re.search(r"[\s\"'\[\]{}]", text):
+            text = shlex.quote(text)
+        return f"--set {key}={text}"
+    return f"{display_key(key)}={value!r}"

@@ -1,0 +1,188 @@
+"""The Params every crowdspark.ml class shares, and how they become a run configuration."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from pyspark.ml.param import Param, Params, TypeConverters
+
+from crowdspark.block import DEFAULT_MAX_BLOCK_LABELS
+from crowdspark.config import EngineConfig, GoldConfig, InputConfig, RunConfig, SparkConfig
+from crowdspark.errors import ConfigError
+from crowdspark.models.registry import algorithm_names
+from crowdspark.validation import check_choice, check_int
+
+__all__ = ["UNKNOWN_WORKER_CHOICES", "SOURCE", "CrowdParams"]
+
+
+UNKNOWN_WORKER_CHOICES = ("error", "skip")
+
+
+#: the source a DataFrame passed in is named by in messages and summaries
+SOURCE = "<DataFrame>"
+
+
+def _to_json_object(value: Any) -> str:
+    """Param converter: a dict, or a JSON object string, to a canonical JSON object string."""
+    parsed = value
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = None
+    if not isinstance(parsed, dict):
+        raise ConfigError(f"algorithmParams must be a dict or a JSON object such as '{{\"max_iter\": 50}}', "
+                          f"but got {value!r}")
+    return json.dumps(parsed, sort_keys=True)
+
+
+def _to_int(name: str) -> Callable[[Any], int]:
+    """Param converter: :func:`check_int` naming the Param (``5.0`` -> ``5``; ``2.5`` is a ConfigError)."""
+    return partial(check_int, name)
+
+
+class CrowdParams(Params):
+    """The Params shared by :class:`CrowdAggregator` and :class:`CrowdAggregatorModel`."""
+
+    itemCol: Param[str] = Param(
+        Params._dummy(), "itemCol", "column of the item ids (read as strings)", TypeConverters.toString
+    )
+    workerCol: Param[str] = Param(
+        Params._dummy(), "workerCol", "column of the worker ids (read as strings)", TypeConverters.toString
+    )
+    labelCol: Param[str] = Param(
+        Params._dummy(), "labelCol", "column of the given labels (read as strings)", TypeConverters.toString
+    )
+    algorithm: Param[str] = Param(
+        Params._dummy(),
+        "algorithm",
+        f"algorithm name, one of {algorithm_names()} (`crowdspark algorithms` lists them with parameters)",
+        TypeConverters.toString,
+    )
+    seed: Param[int] = Param(
+        Params._dummy(), "seed", "seed of every random choice (same seed => same answer)", _to_int("seed")
+    )
+    algorithmParams: Param[str] = Param(
+        Params._dummy(),
+        "algorithmParams",
+        "the algorithm's parameters as a JSON object string (a dict is accepted), the keys of its "
+        "configuration section, e.g. {\"max_iter\": 50}; unknown keys are an error listing the known ones",
+        _to_json_object,
+    )
+    classes: Param[list[str]] = Param(
+        Params._dummy(),
+        "classes",
+        "the class set in posterior order; empty = inferred from the labels (numeric order when every "
+        "label is a number); a label outside a given class set is an error",
+        TypeConverters.toListString,
+    )
+    partitions: Param[int] = Param(
+        Params._dummy(),
+        "partitions",
+        "Spark partitions of the item blocks (0 = the context's default parallelism)",
+        _to_int("partitions"),
+    )
+    maxBlockLabels: Param[int] = Param(
+        Params._dummy(), "maxBlockLabels", "largest number of labels in one block", _to_int("maxBlockLabels")
+    )
+    checkpointInterval: Param[int] = Param(
+        Params._dummy(),
+        "checkpointInterval",
+        "stateful models (samplers) truncate the lineage every this many sweeps",
+        _to_int("checkpointInterval"),
+    )
+    handleUnknownWorkers: Param[str] = Param(
+        Params._dummy(),
+        "handleUnknownWorkers",
+        "transform: what to do with labels of workers not seen at fit time: 'error' or 'skip' (ignore them)",
+        TypeConverters.toString,
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        defaults = SparkConfig()
+        self._setDefault(
+            itemCol="item",
+            workerCol="worker",
+            labelCol="label",
+            algorithm="ds",
+            seed=0,
+            algorithmParams="{}",
+            classes=[],
+            partitions=defaults.partitions,
+            maxBlockLabels=DEFAULT_MAX_BLOCK_LABELS,
+            checkpointInterval=defaults.checkpoint_interval,
+            handleUnknownWorkers="error",
+        )
+
+    def getItemCol(self) -> str:
+        """The item column."""
+        return self.getOrDefault(self.itemCol)
+
+    def getWorkerCol(self) -> str:
+        """The worker column."""
+        return self.getOrDefault(self.workerCol)
+
+    def getLabelCol(self) -> str:
+        """The label column."""
+        return self.getOrDefault(self.labelCol)
+
+    def getAlgorithm(self) -> str:
+        """The algorithm name."""
+        return self.getOrDefault(self.algorithm)
+
+    def getSeed(self) -> int:
+        """The seed."""
+        return self.getOrDefault(self.seed)
+
+    def getAlgorithmParams(self) -> dict[str, Any]:
+        """The algorithm's parameters as a dict."""
+        return json.loads(self.getOrDefault(self.algorithmParams))
+
+    def getClasses(self) -> list[str]:
+        """The configured class set (empty: inferred)."""
+        return list(self.getOrDefault(self.classes))
+
+    def getPartitions(self) -> int:
+        """Spark partitions of the item blocks (0: default parallelism)."""
+        return self.getOrDefault(self.partitions)
+
+    def getMaxBlockLabels(self) -> int:
+        """Largest number of labels in one block."""
+        return self.getOrDefault(self.maxBlockLabels)
+
+    def getCheckpointInterval(self) -> int:
+        """Sweeps between lineage truncations."""
+        return self.getOrDefault(self.checkpointInterval)
+
+    def getHandleUnknownWorkers(self) -> str:
+        """``"error"`` or ``"skip"``."""
+        return self.getOrDefault(self.handleUnknownWorkers)
+
+    def _input_config(self) -> InputConfig:
+        return InputConfig(
+            item=self.getItemCol(),
+            worker=self.getWorkerCol(),
+            label=self.getLabelCol(),
+            classes=tuple(str(c) for c in self.getClasses()),
+        )
+
+    def _run_config(self, truth: str = "truth") -> RunConfig:
+        """The :class:`RunConfig` the command line would build from these Params (validated)."""
+        check_choice("handleUnknownWorkers", self.getHandleUnknownWorkers(), UNKNOWN_WORKER_CHOICES)
+        return RunConfig(
+            algorithm=self.getAlgorithm(),
+            seed=self.getSeed(),
+            input=self._input_config(),
+            gold=GoldConfig(item=self.getItemCol(), truth=truth),
+            engine=EngineConfig(name="spark", max_block_labels=self.getMaxBlockLabels()),
+            spark=SparkConfig(partitions=self.getPartitions(), checkpoint_interval=self.getCheckpointInterval()),
+            algorithms={self.getAlgorithm(): self._algorithm_params()},
+        )
+
+    def _algorithm_params(self) -> dict[str, Any]:
+        """The algorithm's parameters this object sets (``algorithmParams``)."""
+        return self.getAlgorithmParams()
