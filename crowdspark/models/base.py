@@ -215,7 +215,7 @@ class Model:
             Each worker's index in the previous run, ``-1`` for a worker seen for the first time (it keeps
             this run's initial values).
         """
-        from crowdspark.errors import ConfigError
+        from crowdspark.errors import RUN_COLD, ConfigError, IncompatibleModelError
 
         if not self.worker_params and not self.shared_params:
             raise ConfigError(f"{self.name} does not support a warm start; run it without --warm-start")
@@ -223,13 +223,12 @@ class Model:
         known = old_index >= 0
         for key in self.worker_params + self.shared_params:
             if key not in previous:
-                raise ConfigError(f"the warm-start model has no parameter {key!r}; run cold (without --warm-start)")
-            if np.shape(previous[key])[1 if key in self.worker_params else 0 :] != np.shape(params[key])[
-                1 if key in self.worker_params else 0 :
-            ]:
-                raise ConfigError(
+                raise IncompatibleModelError(f"the warm-start model has no parameter {key!r}; {RUN_COLD}")
+            axis = 1 if key in self.worker_params else 0
+            if np.shape(previous[key])[axis:] != np.shape(params[key])[axis:]:
+                raise IncompatibleModelError(
                     f"the warm-start model's {key!r} has shape {np.shape(previous[key])}, this run needs "
-                    f"{np.shape(params[key])}: the classes or levels changed, so run cold (without --warm-start)"
+                    f"{np.shape(params[key])}: the classes or levels changed, so {RUN_COLD}"
                 )
         for key in self.worker_params:
             values = np.array(params[key], copy=True)

@@ -12,19 +12,19 @@ from typing import Any
 import pandas as pd
 
 from crowdspark import __version__
-from crowdspark.models.registry import build_model, model_class, model_parameters
 from crowdspark.block import Block
 from crowdspark.config import RunConfig
 from crowdspark.engine.base import Engine
 from crowdspark.engine.checkpoint import Checkpointer
 from crowdspark.engine.loop import FitResult, WarmStart, finish_fn, fit
 from crowdspark.engine.select import choose_levels, level_plan
-from crowdspark.errors import ConfigError, InputError
+from crowdspark.errors import RUN_COLD, IncompatibleModelError
 from crowdspark.io.rules import Encoding
 from crowdspark.io.saved_model import SavedModel, worker_index_map
 from crowdspark.io.tables import item_batch, item_schema, worker_frame
 from crowdspark.metrics import gold_stats, level_error_stats, metrics_from_stats
 from crowdspark.models.base import LevelModel, Model, State
+from crowdspark.models.registry import build_model, model_class, model_parameters
 from crowdspark.pipeline.prepare import Prepared
 from crowdspark.pipeline.summary import run_summary
 from crowdspark.stats import Stats
@@ -69,22 +69,52 @@ def evaluate(model: Model, engine: Engine, params: Any) -> dict[str, Any]:
     return metrics_from_stats(stats)
 
 
+def check_algorithm(saved: SavedModel, config: RunConfig) -> None:
+    """Refuse a warm start from a model of another algorithm (before anything is read).
+
+    Raises
+    ------
+    IncompatibleModelError
+    """
+    if saved.algorithm != config.algorithm:
+        raise IncompatibleModelError(
+            f"the warm-start model at {saved.source!r} was fitted with {saved.algorithm!r}, this run uses "
+            f"{config.algorithm!r}; warm start from a run of the same algorithm, or {RUN_COLD}"
+        )
+
+
 def warm_start_for(saved: SavedModel | None, config: RunConfig, encoding: Encoding) -> WarmStart | None:
     """The warm start a saved model gives this run, after checking the algorithm and the class set."""
     if saved is None:
         return None
-    if saved.algorithm != config.algorithm:
-        raise ConfigError(
-            f"the warm-start model at {saved.source!r} was fitted with {saved.algorithm!r}, this run uses "
-            f"{config.algorithm!r}; warm start from a run of the same algorithm, or run cold"
-        )
+    check_algorithm(saved, config)
     if tuple(saved.classes) != tuple(encoding.classes):
-        raise InputError(
+        raise IncompatibleModelError(
             f"the class set changed since the warm-start run ({list(saved.classes)} -> {list(encoding.classes)}); "
-            "a warm start needs the same classes: run cold (without --warm-start)"
+            f"a warm start needs the same classes: {RUN_COLD}"
         )
     old_index = worker_index_map(encoding.workers, saved.workers)
     return WarmStart(saved.params, old_index, saved.source, saved.parameters)
+
+
+def _warm_start(saved: SavedModel | None, config: RunConfig,
+                encoding: Encoding) -> tuple[WarmStart | None, dict[str, Any] | None]:
+    """The warm start of the run and what the summary says about it, after ``nightly.on_incompatible``."""
+    if saved is None:
+        return None, None
+    report = {"source": saved.source, "used": True}
+    try:
+        return warm_start_for(saved, config, encoding), report
+    except IncompatibleModelError as exc:
+        if config.nightly.on_incompatible == "fail":
+            raise
+        return None, _cold(report, exc)
+
+
+def _cold(report: dict[str, Any] | None, exc: Exception) -> dict[str, Any]:
+    reason = f"ran cold (nightly.on_incompatible = \"cold\"): {exc}"
+    log.warning("%s", reason)
+    return {**(report or {}), "used": False, "reason": reason}
 
 
 def checkpointer_for(config: RunConfig, options: RunOptions, layout: dict[str, Any]) -> Checkpointer | None:
@@ -206,11 +236,18 @@ def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | No
     """
     options = options or RunOptions()
     enc = prepared.encoding
+    checkpoint = checkpointer_for(config, options, prepared.layout)
     try:
-        model, result, selection = fit_configured(
-            config, enc.n_workers, enc.n_classes, prepared.engine, warm_start_for(options.warm_start, config, enc),
-            checkpointer_for(config, options, prepared.layout),
-        )
+        warm, warm_report = _warm_start(options.warm_start, config, enc)
+        try:
+            model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, prepared.engine, warm,
+                                                      checkpoint)
+        except IncompatibleModelError as exc:
+            if config.nightly.on_incompatible == "fail":
+                raise
+            warm_report = _cold(warm_report, exc)
+            model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, prepared.engine, None,
+                                                      checkpoint)
         prepared.timer.lap("fit")
         metrics = evaluate(model, prepared.engine, result.params) if prepared.has_gold else None
         prepared.timer.lap("evaluate")
@@ -221,6 +258,10 @@ def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | No
                           prepared.warnings)
     summary.update(prepared.report)
     summary.update(prepared.engine.report())
+    if warm_report is not None:
+        summary["warm_start"] = warm_report
+        if not warm_report["used"]:
+            summary["warnings"].append(warm_report["reason"])
     if selection is not None:
         summary["level_selection"] = selection
     if metrics is not None:
