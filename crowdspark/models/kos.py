@@ -14,10 +14,11 @@ a worker's total ``S_j = sum_i A_ij x_{i->j}`` is an additive statistic.  So eac
 geometrically with the sweeps, so every sweep divides ``y`` by ``max_j |S_j|``: a common positive factor,
 which changes no sign and no answer, and keeps the messages finite for any number of sweeps.
 
-The first ``y`` is 1 on every edge (the first ``x`` is the item's vote without the edge's own label), where
-the paper draws ``y`` from N(1, 1); the answers do not depend on that start once the messages have
-converged to their leading direction.  ``max_iter`` counts the ``y`` updates, as crowd-kit's ``n_iter``
-does; the fit stops early when the normalized worker totals ``S / max|S|`` change by less than ``tol``.
+The first ``y`` is 1 on every edge (``S = 1``, ``x = 0``: the first ``x`` is the item's vote without the
+edge's own label), where the paper draws ``y`` from N(1, 1); the answers do not depend on that start once
+the messages have converged to their leading direction.  A sweep is one of crowd-kit's ``n_iter``
+iterations; the fit stops early when the normalized worker totals ``S / max|S|`` change by less than
+``tol``.  The objective is the share of labels that agree with the sweep's answers.
 
 KOS has no probabilistic model: the posterior is the answer (1 on the chosen class), 1/2 each on an item
 whose sum is 0 (whose label is drawn from the seed).  For a stateless scoring of new items, ``y_{j->i} =
@@ -100,7 +101,7 @@ class Kos(Model):
 
     @property
     def schedule(self) -> Schedule:
-        return Schedule(max_sweeps=self.max_iter - 1, tol=self.tol)
+        return Schedule(max_sweeps=self.max_iter, tol=self.tol)
 
     def _worker_stats(self, block: Block, a: np.ndarray, x: np.ndarray, total: np.ndarray) -> Stats:
         decided = np.where(total > 0, 0, 1)
@@ -110,15 +111,12 @@ class Kos(Model):
         }
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
-        a = _signs(block)
-        total, x = _item_messages(block, a, np.ones(block.n_labels))
-        stats = self._worker_stats(block, a, x, total)
-        stats["labels"] = worker_label_counts(block, self.n_workers)
-        return {"x": x}, stats
+        return {"x": np.zeros(block.n_labels)}, {"labels": worker_label_counts(block, self.n_workers)}
 
     def init_params(self, stats: Stats) -> dict[str, np.ndarray]:
-        return {"sums": stats["sums"], "agree": stats["agree"], "labels": stats["labels"],
-                "reliability": _normalized(stats["sums"])}
+        """The start ``y = 1`` on every edge: totals ``S = 1`` and messages ``x = 0``."""
+        ones = np.ones(self.n_workers)
+        return {"sums": ones, "agree": np.zeros(self.n_workers), "labels": stats["labels"], "reliability": ones}
 
     def step_params(self, params: Any) -> Any:
         return {"sums": params["sums"]}
@@ -138,7 +136,7 @@ class Kos(Model):
         labels = params["labels"]
         reliability = _normalized(stats["sums"])
         change = float(np.max(np.abs(reliability - params["reliability"]))) if reliability.size else 0.0
-        objective = float(params["agree"].sum() / max(labels.sum(), 1.0))
+        objective = float(stats["agree"].sum() / max(labels.sum(), 1.0))
         new = {"sums": stats["sums"], "agree": stats["agree"], "labels": labels, "reliability": reliability}
         return Update(params=new, objective=objective, change=change)
 
