@@ -20,7 +20,7 @@ the agreements of the answers they produce, a fixed point.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -53,7 +53,8 @@ class ZeroBasedSkill(Model):
     seed : int
         Seed of the tie-breaking draws.
     max_iter : int
-        Largest number of sweeps (crowd-kit runs exactly this many).
+        Largest number of sweeps (crowd-kit runs exactly this many; at a fixed point, where the fit stops,
+        every further sweep changes nothing).
     tol : float
         Stop when no skill changes by more than this in a sweep (0: run every sweep).
     lr_init : float
@@ -145,9 +146,4 @@ class ZeroBasedSkill(Model):
         return {"n_labels": labels.round().astype(np.int64), "skill": params["skill"], "accuracy": accuracy}
 
 
-def _crowdkit(model: ZeroBasedSkill) -> ZeroBasedSkill:
-    """crowd-kit's tie rule, and every sweep run (crowd-kit has no early stop)."""
-    return replace(first_ties(model), tol=0.0)
-
-
-ZeroBasedSkill.presets = {"crowd-kit": Preset(_crowdkit)}
+ZeroBasedSkill.presets = {"crowd-kit": Preset(first_ties)}
