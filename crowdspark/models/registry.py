@@ -28,6 +28,10 @@ from crowdspark.models.difficulty_ds import DifficultyDawidSkene
 from crowdspark.models.idbla_cvb import IdblaCvb, IdblaCvb0
 from crowdspark.models.idbla_gibbs import Bcc, FixedIdbla, IdblaGibbs
 from crowdspark.models.majority_vote import MajorityVote
+from crowdspark.models.kos import Kos
+from crowdspark.models.mmsr import Mmsr
+from crowdspark.models.wawa import Wawa
+from crowdspark.models.zero_based_skill import ZeroBasedSkill
 from crowdspark.validation import check_choice, check_int, did_you_mean
 
 __all__ = ["MODELS", "ALGORITHMS", "PRESETS", "RUN_KEYS", "register", "algorithm_names", "hyperparameters",
@@ -49,6 +53,10 @@ MODELS: tuple[type[Model], ...] = (
     IdblaCvb,
     IdblaCvb0,
     DifficultyDawidSkene,
+    Wawa,
+    ZeroBasedSkill,
+    Kos,
+    Mmsr,
 )
 
 #: algorithm name -> model class
