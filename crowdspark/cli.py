@@ -104,13 +104,21 @@ def _report(summary: dict, output: str) -> str:
     parts = [
         f"{summary['algorithm']} on {engine}: {summary['counts']['items']} items, "
         f"{summary['counts']['workers']} workers, {summary['counts']['labels']} labels",
-        f"iterations {summary['iterations']} (converged: {summary['converged']})",
+        _progress(summary),
     ]
     metrics = summary.get("metrics")
     if metrics and metrics.get("error_rate") is not None:
         parts.append(f"error rate {metrics['error_rate']:.4f} on {metrics['n_gold']} gold items")
     parts.append(f"results in {output}")
     return "; ".join(parts)
+
+
+def _progress(summary: dict) -> str:
+    """How the fit ended: iterations and convergence, or the sweeps of a sampler (which has no convergence)."""
+    if summary["converged"] is None:
+        return f"{summary['iterations']} sweeps"
+    state = "converged" if summary["converged"] else "not converged"
+    return f"{summary['iterations']} iterations ({state})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
