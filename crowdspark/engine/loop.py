@@ -21,7 +21,7 @@ __all__ = ["ConvergenceWarning", "FitResult", "WarmStart", "fit", "initialize", 
 
 log = logging.getLogger(__name__)
 
-COUNT_KEYS = ("n_items", "n_labels", "duplicate_pairs", "n_gold_items")
+COUNT_KEYS = ("n_items", "n_labels", "duplicate_pairs", "n_gold_items", "n_fixed_items")
 
 
 class ConvergenceWarning(UserWarning):
@@ -39,7 +39,8 @@ class FitResult:
     init_stats : Stats
         Summed statistics of the initialization pass (model-specific counts).
     counts : dict of str to int
-        ``n_items``, ``n_labels``, ``duplicate_pairs``, ``n_gold_items``.
+        ``n_items``, ``n_labels``, ``duplicate_pairs``, ``n_gold_items`` (held-out gold), ``n_fixed_items``
+        (gold in the fit).
     history : list of dict
         One entry per sweep: ``iteration``, ``objective``, ``change``, ``seconds`` and model extras.
     n_iter : int

@@ -71,6 +71,7 @@ from crowdspark.models.base import ItemResult, LevelModel, Schedule, State, Upda
 from crowdspark.models.common import (
     argmax_random_ties,
     confusion_counts,
+    fix_scores,
     label_loglik,
     normalize_log,
     normalize_rows,
@@ -296,12 +297,13 @@ def dds_e_step(block: Block, params: dict[str, np.ndarray]) -> tuple[np.ndarray,
     Returns
     -------
     resp : ndarray, shape (n, H, C)
-        ``p(Q_i = h, T_i = t | L_i)``; each item's table sums to 1.
+        ``p(Q_i = h, T_i = t | L_i)``; each item's table sums to 1 (and is 0 off its gold class for an item
+        with gold in the fit, :func:`~crowdspark.models.common.fix_scores`).
     log_evidence : ndarray, shape (n,)
-        ``log p(L_i | B, w, alpha, beta)``.
+        ``log p(L_i | B, w, alpha, beta)`` (``log p(L_i, T_i | ...)`` with gold in the fit).
     """
     table = params["log_beta"][None, :, None] + params["log_alpha"][None, None, :]
-    table = table + label_loglik(block, params["log_pi"])
+    table = fix_scores(block, table + label_loglik(block, params["log_pi"]))
     n, n_levels, n_classes = table.shape
     resp, log_evidence = normalize_log(table.reshape(n, n_levels * n_classes), axis=1)
     return resp.reshape(n, n_levels, n_classes), log_evidence
@@ -539,7 +541,7 @@ class DifficultyDawidSkene(LevelModel):
     # ---- initialization ------------------------------------------------------------------------------
     def init_block(self, block: Block) -> tuple[State, Stats]:
         votes = vote_counts(block, self.n_classes)
-        shares = votes / votes.sum(axis=1, keepdims=True)
+        shares = fix_scores(block, votes / votes.sum(axis=1, keepdims=True), log=False)
         return None, {
             "confusion": confusion_counts(block, shares, self.n_workers, self.n_classes),
             "classes": shares.sum(axis=0),
