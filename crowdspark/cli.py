@@ -108,7 +108,9 @@ def _report(summary: dict, output: str) -> str:
     ]
     metrics = summary.get("metrics")
     if metrics and metrics.get("error_rate") is not None:
-        parts.append(f"error rate {metrics['error_rate']:.4f} on {metrics['n_gold']} gold items")
+        fixed = summary.get("gold_split", {}).get("fit_items", 0)
+        held = f" held-out gold items ({fixed} more in the fit)" if fixed else " gold items"
+        parts.append(f"error rate {metrics['error_rate']:.4f} on {metrics['n_gold']}{held}")
     parts.append(f"results in {output}")
     return "; ".join(parts)
 

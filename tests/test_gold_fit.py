@@ -70,3 +70,131 @@ def test_a_spilled_block_keeps_its_fixed_items(tmp_path):
     back = read_block(path)
     np.testing.assert_array_equal(back.fixed, [1, 0, -1])
     np.testing.assert_array_equal(back.truth, [-1, -1, -1])
+
+
+# ---- the run: gold in the fit, scored on held-out gold only ---------------------------------------------------
+
+
+def _config(fraction: float, algorithm: str = "ds", seed: int = 2, engine: str = "local", **extra):
+    from crowdspark.config import load_config
+
+    overrides = [f"gold.fit_fraction={fraction}", f"gold.split_seed={seed}"]
+    overrides += [f"{key}={value}" for key, value in extra.items()]
+    return load_config(overrides=overrides, algorithm=algorithm, engine_name=engine)
+
+
+def _run(config, labels, gold):
+    from crowdspark.pipeline import aggregate_frames
+
+    return aggregate_frames(config, labels, gold)
+
+
+def _held_out(gold: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
+    ids = gold["item"].to_numpy(dtype=object)
+    return ~GoldSplit(fraction, seed).in_fit(item_keys(ids))
+
+
+@pytest.mark.parametrize("algorithm", ["ds", "idbla-cvb0"])
+def test_held_out_gold_never_enters_the_fit(rte, algorithm):
+    """Changing the truth of every held-out gold item changes no parameter and no answer; changing the gold
+    the fit uses does."""
+    labels, gold = rte
+    config = _config(0.3, algorithm)
+    base = _run(config, labels, gold)
+    held = _held_out(gold, 0.3, 2)
+    assert base.summary["gold_split"] == {"fit_fraction": 0.3, "seed": 2, "fit_items": int((~held).sum()),
+                                          "held_out_items": int(held.sum())}
+    flipped = gold.assign(truth=np.where(held, np.where(gold["truth"] == "0", "1", "0"), gold["truth"]))
+    other = _run(config, labels, flipped)
+    pd.testing.assert_frame_equal(other.items, base.items)
+    pd.testing.assert_frame_equal(other.workers, base.workers)
+    def path(run):
+        return [(h["objective"], h["change"]) for h in run.summary["history"]]
+
+    assert path(other) == path(base) and len(path(base)) > 2
+    assert other.summary["metrics"]["error_rate"] != base.summary["metrics"]["error_rate"]
+    # the gold in the fit does move the fit
+    moved = gold.assign(truth=np.where(~held, np.where(gold["truth"] == "0", "1", "0"), gold["truth"]))
+    assert not _run(config, labels, moved).workers.equals(base.workers)
+
+
+def test_items_in_the_fit_keep_their_gold_and_metrics_use_the_held_out_gold_only(rte):
+    labels, gold = rte
+    run = _run(_config(0.3), labels, gold)
+    items = run.items.set_index("item")
+    truth = gold.set_index("item")["truth"]
+    held = pd.Series(_held_out(gold, 0.3, 2), index=gold["item"])
+    fixed = truth[~held]
+    assert (items.loc[fixed.index, "label"] == fixed).all()
+    assert (items.loc[fixed.index, "confidence"] == 1.0).all()
+    scored = truth[held]
+    metrics = run.summary["metrics"]
+    assert metrics["n_gold"] == len(scored) == run.summary["gold_split"]["held_out_items"]
+    assert metrics["error_rate"] == pytest.approx((items.loc[scored.index, "label"] != scored).mean())
+    assert run.summary["counts"]["gold_items"] == len(gold)
+
+
+def test_no_gold_in_the_fit_gives_the_answers_of_a_run_without_the_setting(rte):
+    labels, gold = rte
+    plain = _run(_config(0.0), labels, gold)
+    from crowdspark.config import load_config
+
+    before = _run(load_config(algorithm="ds", engine_name="local"), labels, gold)
+    pd.testing.assert_frame_equal(plain.items, before.items)
+    assert plain.summary["metrics"] == before.summary["metrics"]
+    assert plain.summary["gold_split"]["fit_items"] == 0
+
+
+def test_all_gold_in_the_fit_leaves_nothing_to_score_and_says_so(rte):
+    labels, gold = rte
+    run = _run(_config(1.0), labels, gold)
+    assert run.summary["metrics"]["n_gold"] == 0 and run.summary["metrics"]["error_rate"] is None
+    assert any("no gold is left to score" in w for w in run.summary["warnings"])
+
+
+def test_a_fit_fraction_without_gold_is_a_warning(rte):
+    labels, _ = rte
+    run = _run(_config(0.3), labels, None)
+    assert "gold_split" not in run.summary
+    assert any("gold.fit_fraction = 0.3 but the run has no gold" in w for w in run.summary["warnings"])
+
+
+def test_bad_gold_gets_the_existing_treatment_with_gold_in_the_fit(rte):
+    from crowdspark.errors import InputError
+
+    labels, gold = rte
+    unknown = pd.concat([gold, pd.DataFrame({"item": ["no-such-item"], "truth": ["1"]})], ignore_index=True)
+    run = _run(_config(0.5), labels, unknown)
+    assert run.summary["counts"]["gold_items_without_labels"] == 1
+    split = run.summary["gold_split"]
+    assert split["fit_items"] + split["held_out_items"] == len(gold)
+    outside = gold.assign(truth=np.where(gold.index == 5, "7", gold["truth"]))
+    with pytest.raises(InputError, match=r"'truth'.*'7'"):
+        _run(_config(0.5), labels, outside)
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, "half", float("nan")])
+def test_fit_fraction_outside_0_1_is_a_config_error(value):
+    from crowdspark.config import GoldConfig
+    from crowdspark.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="gold.fit_fraction"):
+        GoldConfig(fit_fraction=value)
+
+
+@pytest.mark.spark
+def test_the_spark_engine_holds_the_same_gold_fixed(spark, tmp_path, rte):
+    from crowdspark.pipeline import aggregate
+
+    labels, gold = rte
+    labels.to_csv(tmp_path / "labels.csv", index=False)
+    gold.to_csv(tmp_path / "gold.csv", index=False)
+    config = _config(0.3, engine="spark", **{"engine.small_input_bytes": 0})
+    remote = aggregate(config, str(tmp_path / "labels.csv"), str(tmp_path / "out"), str(tmp_path / "gold.csv"),
+                       spark)
+    local = _run(_config(0.3), labels, gold)
+    assert remote.summary["engine"] == "spark"
+    assert remote.summary["gold_split"] == local.summary["gold_split"]
+    assert remote.summary["metrics"] == pytest.approx(local.summary["metrics"])
+    items = pd.read_parquet(tmp_path / "out" / "items").set_index("item").sort_index()
+    assert (items["label"] == local.items.set_index("item").sort_index()["label"]).all()

@@ -26,7 +26,7 @@ from crowdspark.metrics import gold_stats, level_error_stats, metrics_from_stats
 from crowdspark.models.base import LevelModel, Model, State
 from crowdspark.models.registry import build_model, model_class, model_parameters
 from crowdspark.pipeline.prepare import Prepared
-from crowdspark.pipeline.summary import run_summary
+from crowdspark.pipeline.summary import gold_split_report, run_summary
 from crowdspark.stats import Stats
 
 __all__ = ["RunOptions", "Fitted", "evaluate", "fit_configured", "fit_prepared"]
@@ -126,6 +126,7 @@ def checkpointer_for(config: RunConfig, options: RunOptions, layout: dict[str, A
         "parameters": config.algorithm_params(),
         "seed": config.seed,
         "input": config.to_dict()["input"],
+        "gold_split": {"fit_fraction": config.gold.fit_fraction, "seed": config.gold.split_seed},
         "inputs": options.inputs,
         "layout": layout,
         "warm_start": None if options.warm_start is None else options.warm_start.source,
@@ -258,6 +259,12 @@ def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | No
                           prepared.warnings)
     summary.update(prepared.report)
     summary.update(prepared.engine.report())
+    split, split_warnings = gold_split_report(config, result.counts, prepared.has_gold)
+    if split is not None:
+        summary["gold_split"] = split
+    for message in split_warnings:
+        log.warning("%s", message)
+        summary["warnings"].append(message)
     if warm_report is not None:
         summary["warm_start"] = warm_report
         if not warm_report["used"]:
