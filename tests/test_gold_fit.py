@@ -198,3 +198,58 @@ def test_the_spark_engine_holds_the_same_gold_fixed(spark, tmp_path, rte):
     assert remote.summary["metrics"] == pytest.approx(local.summary["metrics"])
     items = pd.read_parquet(tmp_path / "out" / "items").set_index("item").sort_index()
     assert (items["label"] == local.items.set_index("item").sort_index()["label"]).all()
+
+
+# ---- gold majority vote ----------------------------------------------------------------------------------------
+
+TINY = pd.DataFrame(
+    [("g1", "a", "x"), ("g1", "b", "x"), ("g1", "c", "y"),
+     ("g2", "a", "y"), ("g2", "b", "x"), ("g2", "c", "y"),
+     ("i1", "a", "x"), ("i1", "b", "y"), ("i1", "c", "y"), ("i1", "d", "x"),
+     ("i2", "a", "y"), ("i2", "d", "x")],
+    columns=["item", "worker", "label"])
+TINY_GOLD = pd.DataFrame({"item": ["g1", "g2"], "truth": ["x", "y"]})
+
+
+@pytest.mark.parametrize("rule, d_skill", [("pooled", 4 / 6), ("ignore", 0.0), ("value", 0.25)])
+def test_gold_majority_vote_weighs_workers_by_their_accuracy_on_the_gold(rule, d_skill):
+    """a: 2/2 right on the gold, b: 1/2, c: 1/2, d: no gold label (the rule's weight)."""
+    config = _config(1.0, "gold-mv", **{"gold-mv.on_missing_skill": f'"{rule}"', "gold-mv.default_skill": 0.25})
+    run = _run(config, TINY, TINY_GOLD)
+    workers = run.workers.set_index("worker")
+    np.testing.assert_allclose(workers["skill"], [1.0, 0.5, 0.5, d_skill])
+    np.testing.assert_allclose(workers["accuracy"][:3], [1.0, 0.5, 0.5])
+    assert np.isnan(workers.loc["d", "accuracy"]) and workers["n_gold_labels"].tolist() == [2, 2, 2, 0]
+    items = run.items.set_index("item")
+    # i1: x gets a + d = 1 + d, y gets b + c = 1; i2: y gets a = 1, x gets d
+    x_share = (1 + d_skill) / (2 + d_skill)
+    np.testing.assert_allclose(items.loc["i1", "posterior"], [x_share, 1 - x_share])
+    np.testing.assert_allclose(items.loc["i2", "posterior"], [d_skill / (1 + d_skill), 1 / (1 + d_skill)])
+    assert items.loc["i2", "label"] == "y" and items.loc[["g1", "g2"], "label"].tolist() == ["x", "y"]
+
+
+def test_gold_majority_vote_without_gold_in_the_fit_is_a_config_error(rte):
+    from crowdspark.errors import ConfigError
+
+    labels, gold = rte
+    with pytest.raises(ConfigError, match=r"gold-mv weighs each worker.*no gold.*gold.fit_fraction=0.3"):
+        _run(_config(0.3, "gold-mv"), labels, None)
+    with pytest.raises(ConfigError, match=r"gold.fit_fraction = 0:"):
+        _run(_config(0.0, "gold-mv"), labels, gold)
+
+
+def test_gold_majority_vote_whose_gold_has_no_labels_warns(rte):
+    labels, gold = rte
+    elsewhere = gold.assign(item="other-" + gold["item"])
+    run = _run(_config(0.5, "gold-mv"), labels, elsewhere)
+    assert any("gold-mv had no labelled gold item in the fit" in w for w in run.summary["warnings"])
+
+
+def test_the_command_line_refuses_gold_mv_without_gold(tmp_path, capsys):
+    from crowdspark.cli import main
+
+    TINY.to_csv(tmp_path / "labels.csv", index=False)
+    code = main(["aggregate", "--labels", str(tmp_path / "labels.csv"), "--algorithm", "gold-mv", "--engine",
+                 "local", "--output", str(tmp_path / "out")])
+    assert code == 2 and not (tmp_path / "out").exists()
+    assert "--set gold.fit_fraction=0.3" in capsys.readouterr().err

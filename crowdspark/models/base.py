@@ -152,6 +152,8 @@ class Model:
     #: whether the fit itself draws per-item random numbers (keyed by the item's id, :mod:`crowdspark.rng`),
     #: beyond breaking ties of the final labels: renaming the items then gives another draw of the answer
     random_fit: bool = False
+    #: whether the model learns from gold in the fit only (``Block.fixed``): a run without it is a ConfigError
+    needs_fit_gold: bool = False
 
     @property
     def schedule(self) -> Schedule:

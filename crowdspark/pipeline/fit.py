@@ -18,7 +18,8 @@ from crowdspark.engine.base import Engine
 from crowdspark.engine.checkpoint import Checkpointer
 from crowdspark.engine.loop import FitResult, WarmStart, finish_fn, fit
 from crowdspark.engine.select import choose_levels, level_plan
-from crowdspark.errors import RUN_COLD, IncompatibleModelError
+from crowdspark.errors import RUN_COLD, ConfigError, IncompatibleModelError
+from crowdspark.faces import setting
 from crowdspark.io.rules import Encoding
 from crowdspark.io.saved_model import SavedModel, worker_index_map
 from crowdspark.io.tables import item_batch, item_schema, worker_frame
@@ -67,6 +68,22 @@ def evaluate(model: Model, engine: Engine, params: Any) -> dict[str, Any]:
     """Metrics against the gold labels carried in the blocks (any engine)."""
     stats = engine.map_reduce(partial(_evaluate_block, model), params, stateful=False)
     return metrics_from_stats(stats)
+
+
+def check_fit_gold(config: RunConfig, has_gold: bool) -> None:
+    """Refuse a model that learns from gold in the fit (``Model.needs_fit_gold``) when the run has none.
+
+    Raises
+    ------
+    ConfigError
+    """
+    if model_class(config.algorithm).needs_fit_gold and (not has_gold or config.gold.fit_fraction <= 0):
+        raise ConfigError(
+            f"{config.algorithm} weighs each worker by its accuracy on gold in the fit, but the run has "
+            f"{'no gold' if not has_gold else 'gold.fit_fraction = 0'}: give the gold (--gold on the command line, "
+            f"true_labels= in the pandas API) and the share of it the fit uses ({setting('gold.fit_fraction', 0.3)}; "
+            "the rest scores the run)"
+        )
 
 
 def check_algorithm(saved: SavedModel, config: RunConfig) -> None:
@@ -237,6 +254,11 @@ def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | No
     """
     options = options or RunOptions()
     enc = prepared.encoding
+    try:
+        check_fit_gold(config, prepared.has_gold)
+    except ConfigError:
+        prepared.engine.close()
+        raise
     checkpoint = checkpointer_for(config, options, prepared.layout)
     try:
         warm, warm_report = _warm_start(options.warm_start, config, enc)
@@ -259,7 +281,7 @@ def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | No
                           prepared.warnings)
     summary.update(prepared.report)
     summary.update(prepared.engine.report())
-    split, split_warnings = gold_split_report(config, result.counts, prepared.has_gold)
+    split, split_warnings = gold_split_report(config, result.counts, prepared.has_gold, model.needs_fit_gold)
     if split is not None:
         summary["gold_split"] = split
     for message in split_warnings:

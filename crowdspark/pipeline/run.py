@@ -28,7 +28,7 @@ from crowdspark.io.runs import (
 from crowdspark.io.saved_model import SavedModel, load_saved_model
 from crowdspark.io.sink import check_output, make_run_root, recover
 from crowdspark.models.base import Model
-from crowdspark.pipeline.fit import Fitted, RunOptions, check_algorithm, fit_prepared
+from crowdspark.pipeline.fit import Fitted, RunOptions, check_algorithm, check_fit_gold, fit_prepared
 from crowdspark.pipeline.manifest import (
     check_checkpoint_dir,
     check_new_data,
@@ -149,6 +149,7 @@ def _plan(config: RunConfig, labels_path: str, output_dir: str | None, gold_path
         inputs = {"labels": labels_path, "gold": gold_path, "engine.checkpoint_dir": config.engine.checkpoint_dir}
         check_output(output_dir, run_id=run_id, inputs=inputs, spark=spark)
     check_checkpoint_dir(config.engine.checkpoint_dir)
+    check_fit_gold(config, gold_path is not None)
     as_of = as_of or default_as_of(run_id)
     destination = output_dir
     if output_dir is not None and run_id is not None:

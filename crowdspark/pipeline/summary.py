@@ -89,13 +89,14 @@ def run_summary(
     }
 
 
-def gold_split_report(config: RunConfig, counts: dict[str, int], has_gold: bool) -> tuple[dict[str, Any] | None,
-                                                                                          list[str]]:
+def gold_split_report(config: RunConfig, counts: dict[str, int], has_gold: bool,
+                      needs_fit_gold: bool = False) -> tuple[dict[str, Any] | None, list[str]]:
     """``summary.json``'s ``gold_split`` (``None`` without gold) and the warnings it calls for.
 
     ``gold_split`` records ``fit_fraction`` and ``seed`` (``gold.fit_fraction``, ``gold.split_seed``), and how
     many labelled gold items the fit held fixed (``fit_items``) and how many it was scored on
-    (``held_out_items``, the ``metrics``' ``n_gold``).
+    (``held_out_items``, the ``metrics``' ``n_gold``).  ``needs_fit_gold``: the model learns from the gold in
+    the fit only (:attr:`crowdspark.models.base.Model.needs_fit_gold`), so a fit without any is a warning.
     """
     fraction = config.gold.fit_fraction
     if not has_gold:
@@ -107,6 +108,9 @@ def gold_split_report(config: RunConfig, counts: dict[str, int], has_gold: bool)
     report = {"fit_fraction": fraction, "seed": config.gold.split_seed, "fit_items": fit_items,
               "held_out_items": held_out}
     warnings = []
+    if needs_fit_gold and not fit_items:
+        warnings.append(f"{config.algorithm} had no labelled gold item in the fit (gold.fit_fraction = {fraction:g}): "
+                        "every worker weighs the same; raise gold.fit_fraction or check the gold's item ids")
     if fit_items and not held_out:
         warnings.append(f"every labelled gold item ({fit_items}) is in the fit (gold.fit_fraction = {fraction:g}): "
                         "no gold is left to score the run, so its metrics are null; lower gold.fit_fraction to "
