@@ -92,12 +92,24 @@ class WarmStart:
     source : str
     parameters : dict
         The previous run's hyperparameters (e.g. its ``n_levels``).
+    workers_only : bool
+        A worker table (:mod:`crowdspark.io.worker_table`), not a saved model: ``params`` holds its
+        ``confusion`` (K', C, C) and ``accuracy`` (K',), which the model turns into its worker parameters
+        (``Model.worker_start``); the class and level values stay this run's own.
     """
 
     params: dict[str, Any]
     old_index: Any
     source: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
+    workers_only: bool = False
+
+    def start(self, model: Model, params: Any) -> Any:
+        """``params`` (the model's own start) with this warm start's values."""
+        previous = self.params
+        if self.workers_only:
+            previous = model.worker_start(previous["confusion"], previous["accuracy"])
+        return model.warm_start(params, previous, self.old_index, workers_only=self.workers_only)
 
 
 def initialize(model: Model, engine: Engine, stateful: bool) -> tuple[Any, Stats, dict[str, int]]:
@@ -160,7 +172,7 @@ def _fit(model: Model, engine: Engine, warm_start: WarmStart | None, checkpoint:
     else:
         params, init_stats, counts = initialize(model, engine, stateful)
         if warm_start is not None:
-            params = model.warm_start(params, warm_start.params, warm_start.old_index)
+            params = warm_start.start(model, params)
             known = int((warm_start.old_index >= 0).sum())
             log.info("%s: warm start from %s (%d of %d workers known)", model.name, warm_start.source, known,
                      len(warm_start.old_index))

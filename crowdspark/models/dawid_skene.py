@@ -171,5 +171,9 @@ class DawidSkene(Model):
     def export_params(self, params: Any) -> dict[str, np.ndarray]:
         return {"log_pi": params["log_pi"], "log_alpha": params["log_alpha"]}
 
+    def worker_start(self, confusion: np.ndarray, accuracy: np.ndarray) -> dict[str, np.ndarray]:
+        """``log_pi`` from the table's confusion matrices (a zero cell floored at 1e-300)."""
+        return {"log_pi": np.log(np.maximum(confusion, 1e-300))}
+
     def summary(self, params: Any) -> dict[str, Any]:
         return {"class_proportions": np.exp(params["log_alpha"]).tolist()}

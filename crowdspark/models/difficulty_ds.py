@@ -668,18 +668,25 @@ class DifficultyDawidSkene(LevelModel):
         :meth:`finish_block` reads (``log_pi``)."""
         return {key: params[key] for key in self.worker_params + self.shared_params + ("log_pi",)}
 
-    def warm_start(self, params: Any, previous: dict[str, np.ndarray], old_index: np.ndarray) -> Any:
+    def warm_start(self, params: Any, previous: dict[str, np.ndarray], old_index: np.ndarray,
+                   workers_only: bool = False) -> Any:
         """Known workers' base matrices and the class/level values of a previous run (same C and H); the
         noise distributions and the prior stay this run's, ``log_pi`` is rebuilt, the levels are open from
-        the start.  A saved model without class penalties (no ``d``) starts from ``d = 0``."""
+        the start.  A saved model without class penalties (no ``d``) starts from ``d = 0``.  With
+        ``workers_only`` (a worker table) only the base matrices change: the levels keep this run's start."""
         previous = dict(previous)
         previous.setdefault("d", np.zeros_like(params["d"]))
-        new = super().warm_start(params, previous, old_index)
+        new = super().warm_start(params, previous, old_index, workers_only)
         if not self.learn_penalty:
             new["d"] = np.zeros_like(new["d"])
-        new["stage"] = 1
+        if not workers_only:
+            new["stage"] = 1
         new["log_pi"] = level_log_pi(new["log_B"], new["w"], new["log_noise"], new["d"])
         return new
+
+    def worker_start(self, confusion: np.ndarray, accuracy: np.ndarray) -> dict[str, np.ndarray]:
+        """``log_B`` from the table's confusion matrices (a zero cell floored at 1e-300)."""
+        return {"log_B": np.log(np.maximum(confusion, 1e-300))}
 
     def evidence_block(self, block: Block, params: Any) -> Stats:
         """``log_evidence`` = ``sum_i log p(L_i | B, w, d, alpha, beta)``; ``entropy`` = ``-sum_i sum_h r_ih

@@ -522,6 +522,11 @@ class IdblaGibbs(IdblaInit):
     def export_params(self, params: Any) -> dict[str, np.ndarray]:
         return self.final_params(params)
 
+    def worker_start(self, confusion: np.ndarray, accuracy: np.ndarray) -> dict[str, np.ndarray]:
+        """``pi``: the table's confusion matrix on every learned level (fixed levels keep their matrices)."""
+        shape = (confusion.shape[0], self.n_levels) + confusion.shape[1:]
+        return {"pi": self._apply_fixed(np.broadcast_to(confusion[:, None], shape).copy())}
+
     def worker_table(self, params: Any, init_stats: Stats) -> dict[str, np.ndarray]:
         final = self.final_params(params)
         return level_worker_table(final["pi"], final["alpha"], final["beta"], init_stats["worker_labels"])

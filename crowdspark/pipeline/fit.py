@@ -23,8 +23,9 @@ from crowdspark.faces import setting
 from crowdspark.io.rules import Encoding
 from crowdspark.io.saved_model import SavedModel, worker_index_map
 from crowdspark.io.tables import item_batch, item_schema, worker_frame
+from crowdspark.io.worker_table import WorkerTable
 from crowdspark.metrics import gold_stats, level_error_stats, metrics_from_stats
-from crowdspark.models.base import LevelModel, Model, State
+from crowdspark.models.base import LevelModel, Model, State, no_worker_start
 from crowdspark.models.registry import build_model, model_class, model_parameters
 from crowdspark.pipeline.prepare import Prepared
 from crowdspark.pipeline.summary import gold_split_report, run_summary
@@ -44,6 +45,8 @@ class RunOptions:
     ----------
     warm_start : SavedModel, optional
         A previous run's model (``--warm-start``).
+    initial_workers : WorkerTable, optional
+        Starting matrices of the workers it lists (``--initial-workers``); not with ``warm_start``.
     inputs : dict
         Description of the inputs (paths, sizes) that goes into the checkpoint fingerprint.
     inject_task_failure : int
@@ -54,6 +57,7 @@ class RunOptions:
     warm_start: SavedModel | None = None
     inputs: dict[str, Any] = field(default_factory=dict)
     inject_task_failure: int = 0
+    initial_workers: WorkerTable | None = None
 
 
 def _evaluate_block(model: Model, block: Block, state: State, params: Any) -> tuple[State, Stats]:
@@ -114,13 +118,49 @@ def warm_start_for(saved: SavedModel | None, config: RunConfig, encoding: Encodi
     return WarmStart(saved.params, old_index, saved.source, saved.parameters)
 
 
-def _warm_start(saved: SavedModel | None, config: RunConfig,
+def check_table_start(config: RunConfig, warm_start: str | None, initial_workers: str | None) -> None:
+    """Refuse a worker table with a warm start, or for a model that has no worker parameters a table sets.
+
+    Raises
+    ------
+    ConfigError
+    """
+    if initial_workers is None:
+        return
+    if warm_start is not None:
+        raise ConfigError("--warm-start and --initial-workers both start the workers; give one (a run's output "
+                          "given to --warm-start also carries its class proportions)")
+    if model_class(config.algorithm).worker_start is Model.worker_start:
+        raise no_worker_start(config.algorithm)
+
+
+def table_start(table: WorkerTable, encoding: Encoding) -> WarmStart:
+    """The warm start a worker table gives this run: listed workers start from its matrices.
+
+    Raises
+    ------
+    IncompatibleModelError
+        When the table's classes are not the run's.
+    """
+    confusion, accuracy = table.matrices(encoding.classes)
+    old_index = worker_index_map(encoding.workers, table.workers)
+    return WarmStart({"confusion": confusion, "accuracy": accuracy}, old_index, table.source, workers_only=True)
+
+
+def _warm_start(options: RunOptions, config: RunConfig,
                 encoding: Encoding) -> tuple[WarmStart | None, dict[str, Any] | None]:
-    """The warm start of the run and what the summary says about it, after ``nightly.on_incompatible``."""
-    if saved is None:
+    """The warm start of the run (a saved model or a worker table) and what the summary says about it, after
+    ``nightly.on_incompatible``."""
+    saved, table = options.warm_start, options.initial_workers
+    if saved is None and table is None:
         return None, None
-    report = {"source": saved.source, "used": True}
+    report: dict[str, Any] = {"source": (saved or table).source, "used": True}
     try:
+        if table is not None:
+            start = table_start(table, encoding)
+            report.update(worker_table=True, workers_listed=len(table.workers),
+                          workers_known=int((start.old_index >= 0).sum()))
+            return start, report
         return warm_start_for(saved, config, encoding), report
     except IncompatibleModelError as exc:
         if config.nightly.on_incompatible == "fail":
@@ -147,6 +187,7 @@ def checkpointer_for(config: RunConfig, options: RunOptions, layout: dict[str, A
         "inputs": options.inputs,
         "layout": layout,
         "warm_start": None if options.warm_start is None else options.warm_start.source,
+        "initial_workers": None if options.initial_workers is None else options.initial_workers.source,
         "version": __version__,
     }
     return Checkpointer(config.engine.checkpoint_dir, config.engine.checkpoint_every, fingerprint)
@@ -261,7 +302,7 @@ def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | No
         raise
     checkpoint = checkpointer_for(config, options, prepared.layout)
     try:
-        warm, warm_report = _warm_start(options.warm_start, config, enc)
+        warm, warm_report = _warm_start(options, config, enc)
         try:
             model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, prepared.engine, warm,
                                                       checkpoint)
