@@ -145,11 +145,15 @@ def test_no_gold_in_the_fit_gives_the_answers_of_a_run_without_the_setting(rte):
     assert plain.summary["gold_split"]["fit_items"] == 0
 
 
-def test_all_gold_in_the_fit_leaves_nothing_to_score_and_says_so(rte):
+def test_all_gold_in_the_fit_leaves_nothing_to_score(rte):
     labels, gold = rte
     run = _run(_config(1.0), labels, gold)
     assert run.summary["metrics"]["n_gold"] == 0 and run.summary["metrics"]["error_rate"] is None
-    assert any("no gold is left to score" in w for w in run.summary["warnings"])
+    assert run.summary["gold_split"]["held_out_items"] == 0
+    # a fraction below 1 that leaves nothing to score (a small gold) says so
+    few = _run(_config(0.9), labels, gold.iloc[:3])
+    assert few.summary["gold_split"]["held_out_items"] == 0
+    assert any("no gold is left to score" in w for w in few.summary["warnings"])
 
 
 def test_a_fit_fraction_without_gold_is_a_warning(rte):

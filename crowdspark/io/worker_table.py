@@ -46,7 +46,8 @@ class WorkerTable:
     accuracy : ndarray of float64, shape (K',), or None
         NaN where not given.
     classes : tuple of str, optional
-        The class order of ``confusion`` when the table says it (a run's ``summary.json``).
+        The class order of ``confusion`` when the table says it (a run's ``summary.json``, the labels of a
+        crowd-kit error frame); a run of the same classes in another order reads the matrices in its own.
     source : str
     """
 
@@ -68,17 +69,22 @@ class WorkerTable:
             When the table's classes (or its matrices' size) are not the run's.
         """
         n_classes = len(classes)
-        if self.classes is not None and tuple(self.classes) != tuple(classes):
+        own = self.confusion
+        if self.classes is not None:
+            if sorted(self.classes) != sorted(classes):
+                raise IncompatibleModelError(
+                    f"{WHAT} {self.source!r} was written for the classes {list(self.classes)}, this run has "
+                    f"{list(classes)}; start from a table of the same classes, {_OR_COLD}")
+            if own is not None:  # the table's class order -> the run's
+                order = [list(self.classes).index(c) for c in classes]
+                own = own[:, order][:, :, order]
+        if own is not None and own.shape[1] != n_classes:
             raise IncompatibleModelError(
-                f"{WHAT} {self.source!r} was written for the classes {list(self.classes)}, this run has "
-                f"{list(classes)}; start from a table of the same classes, {_OR_COLD}")
-        if self.confusion is not None and self.confusion.shape[1] != n_classes:
-            raise IncompatibleModelError(
-                f"{WHAT} {self.source!r} holds {self.confusion.shape[1]} x {self.confusion.shape[1]} confusion "
-                f"matrices, this run has {n_classes} classes {list(classes)}; {_OR_COLD}")
+                f"{WHAT} {self.source!r} holds {own.shape[1]} x {own.shape[1]} confusion matrices, this run has "
+                f"{n_classes} classes {list(classes)}; {_OR_COLD}")
         k = len(self.workers)
         accuracy = self.accuracy if self.accuracy is not None else np.full(k, np.nan)
-        confusion = self.confusion if self.confusion is not None else np.full((k, n_classes, n_classes), np.nan)
+        confusion = own if own is not None else np.full((k, n_classes, n_classes), np.nan)
         missing = np.isnan(confusion).any(axis=(1, 2))
         confusion = confusion.copy()
         confusion[missing] = one_coin_confusion(accuracy[missing], n_classes)

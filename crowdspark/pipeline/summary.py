@@ -111,7 +111,7 @@ def gold_split_report(config: RunConfig, counts: dict[str, int], has_gold: bool,
     if needs_fit_gold and not fit_items:
         warnings.append(f"{config.algorithm} had no labelled gold item in the fit (gold.fit_fraction = {fraction:g}): "
                         "every worker weighs the same; raise gold.fit_fraction or check the gold's item ids")
-    if fit_items and not held_out:
+    if fit_items and not held_out and fraction < 1.0:
         warnings.append(f"every labelled gold item ({fit_items}) is in the fit (gold.fit_fraction = {fraction:g}): "
                         "no gold is left to score the run, so its metrics are null; lower gold.fit_fraction to "
                         "hold some out")
