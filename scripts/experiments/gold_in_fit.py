@@ -76,21 +76,26 @@ def measure(name: str, algorithm: str, fractions: list[float], seeds: int) -> di
             got = no_gold if fraction == 0.0 else answers(labels, gold, algorithm, fraction, seed)
             errors[fraction].append(100.0 * float((got.loc[scored.index] != scored).mean()))
     mean = {f: float(np.mean(v)) for f, v in errors.items()}
+    base = errors.get(0.0)
+    seeds_lower = {str(f): int(sum(e < b for e, b in zip(v, base))) for f, v in errors.items() if f > 0 and base}
     return {"dataset": name, "algorithm": algorithm, "errors": {str(f): v for f, v in errors.items()},
-            "mean": {str(f): v for f, v in mean.items()}, "held_out_items": sizes,
+            "mean": {str(f): v for f, v in mean.items()}, "seeds_lower": seeds_lower, "held_out_items": sizes,
             "lower": all(mean[f] < mean[0.0] for f in fractions if f > 0) if 0.0 in fractions else None,
             "seconds": round(time.perf_counter() - start, 1)}
 
 
 def table(rows: list[dict], fractions: list[float]) -> str:
     head = " | ".join(f"{100 * f:g}% in the fit" for f in fractions)
-    out = [f"| dataset | algorithm | held-out items (mean) | {head} | lower than 0% |",
-           "|---|---|---|" + "---|" * len(fractions) + "---|"]
+    used = [f for f in fractions if f > 0]
+    seeds = " / ".join(f"{100 * f:g}%" for f in used)
+    out = [f"| dataset | algorithm | held-out items (mean) | {head} | lower than 0% | seeds lower ({seeds}) |",
+           "|---|---|---|" + "---|" * len(fractions) + "---|---|"]
     for row in rows:
-        cells = " | ".join(f"{row['mean'][str(f)]:.2f}" for f in fractions)
+        cells = " | ".join(f"{row['mean'][str(f)]:.3f}" for f in fractions)
         lower = {True: "yes", False: "no", None: "-"}[row["lower"]]
+        counts = " / ".join(str(row["seeds_lower"].get(str(f), "-")) for f in used)
         out.append(f"| {row['dataset']} | {row['algorithm']} | {np.mean(row['held_out_items']):.0f} | {cells} | "
-                   f"{lower} |")
+                   f"{lower} | {counts} |")
     for algorithm in dict.fromkeys(r["algorithm"] for r in rows):
         mine = [r for r in rows if r["algorithm"] == algorithm]
         out.append(f"\n{algorithm}: every fraction above 0 lower than 0% on {sum(bool(r['lower']) for r in mine)} "
