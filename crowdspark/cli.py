@@ -53,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     agg.add_argument("--warm-start", metavar="PATH",
                      help="start from a previous run's output, from the folder of runs (the OUTPUT of --run-id runs: "
                           "its newest run before this one), or from a saved model")
+    agg.add_argument("--initial-workers", metavar="PATH",
+                     help="start the workers a worker table lists from their matrices (a previous run's output or its "
+                          "workers/, or a CSV/Parquet/JSON-lines table with columns worker and confusion or "
+                          "accuracy); the other workers start as usual. Not with --warm-start")
     agg.add_argument("--master", help="Spark master when not run by spark-submit (default local[*])")
     agg.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     agg.add_argument("--quiet", action="store_true", help="only warnings and errors in the log")
@@ -77,9 +81,10 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
 
     config = load_config(args.config, args.overrides, algorithm=args.algorithm, seed=args.seed, engine_name=args.engine)
     as_of = parse_as_of(args.as_of) if args.as_of else None
-    preflight(config, args.labels, args.output, args.gold, args.warm_start, args.run_id, as_of)
+    preflight(config, args.labels, args.output, args.gold, args.warm_start, args.run_id, as_of, args.initial_workers)
     own_session = False
-    if spark is None and needs_spark(config, args.labels, args.gold, args.output, args.warm_start):
+    if spark is None and needs_spark(config, args.labels, args.gold, args.output,
+                                     args.warm_start or args.initial_workers):
         from crowdspark.spark_session import build_session
 
         spark = build_session("crowdspark-aggregate", master=args.master)
@@ -87,7 +92,7 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
     try:
         result = aggregate(
             config, args.labels, args.output, gold_path=args.gold, spark=spark,
-            warm_start=args.warm_start, run_id=args.run_id, as_of=as_of,
+            warm_start=args.warm_start, run_id=args.run_id, as_of=as_of, initial_workers=args.initial_workers,
         )
     finally:
         if own_session:
@@ -108,7 +113,9 @@ def _report(summary: dict, output: str) -> str:
     ]
     metrics = summary.get("metrics")
     if metrics and metrics.get("error_rate") is not None:
-        parts.append(f"error rate {metrics['error_rate']:.4f} on {metrics['n_gold']} gold items")
+        fixed = summary.get("gold_split", {}).get("fit_items", 0)
+        held = f" held-out gold items ({fixed} more in the fit)" if fixed else " gold items"
+        parts.append(f"error rate {metrics['error_rate']:.4f} on {metrics['n_gold']}{held}")
     parts.append(f"results in {output}")
     return "; ".join(parts)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import tomllib
 
+from crowdspark.block import GoldSplit
 from crowdspark.errors import ConfigError
 from crowdspark.models.registry import (
     ALGORITHMS,
@@ -124,15 +125,31 @@ class GoldConfig:
         Column names of the gold file.
     format : str
         ``auto``, ``csv``, ``parquet`` or ``json``, as ``input.format``.
+    fit_fraction : float
+        Share of the gold items, in [0, 1], whose true class the fit holds fixed (every model learns its worker
+        parameters from them); the items are chosen by a hash of the item id seeded by ``split_seed``, and every
+        gold-based figure (error rate, NLL, per-level error, reports) uses only the others.  0: the gold only
+        scores.
+    split_seed : int
+        Seed of that choice; it does not follow the run's ``seed``, so runs with other seeds hold out the same
+        gold items.
     """
 
     item: str = "item"
     truth: str = "truth"
     format: str = "auto"
+    fit_fraction: float = 0.0
+    split_seed: int = 0
 
     def __post_init__(self) -> None:
         coerce_fields(self, "gold")
         check_choice("gold.format", self.format, INPUT_FORMATS)
+        check_float("gold.fit_fraction", self.fit_fraction, minimum=0.0, maximum=1.0)
+        check_int("gold.split_seed", self.split_seed, minimum=0, maximum=2**63 - 1)
+
+    def split(self) -> GoldSplit:
+        """Which gold items the fit holds fixed (:class:`crowdspark.block.GoldSplit`)."""
+        return GoldSplit(fit_fraction=self.fit_fraction, seed=self.split_seed)
 
 
 @dataclass(frozen=True)

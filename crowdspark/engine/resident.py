@@ -59,7 +59,7 @@ SPILL_PREFIX = "crowdspark-blocks-"
 _RESIDENT: dict[str, Block] = {}
 
 #: the Block's integer arrays, stored as they are
-_ARRAYS = ("item_keys", "offsets", "item_of_label", "worker", "label", "truth")
+_ARRAYS = ("item_keys", "offsets", "item_of_label", "worker", "label", "truth", "fixed")
 
 
 @dataclass(frozen=True)

@@ -449,7 +449,7 @@ def _sorted_item_codes(column) -> tuple[np.ndarray, np.ndarray]:
     return codes, uniques
 
 
-def _blocks_from_arrow(batches: Iterator, encoding: Encoding, max_labels: int) -> Iterator:
+def _blocks_from_arrow(batches: Iterator, encoding: Encoding, max_labels: int, split=None) -> Iterator:
     """mapInArrow function: one partition's label rows -> pickled blocks (one row each).
 
     Encoding stays in Arrow (C++) until the per-item ids: no Python object per label is created.
@@ -471,11 +471,11 @@ def _blocks_from_arrow(batches: Iterator, encoding: Encoding, max_labels: int) -
     truth = _codes(table["truth"], encoding.classes) if "truth" in table.column_names else None
     codes, uniques = _sorted_item_codes(table["item"])
     del table, batches
-    for block in blocks_from_codes(codes, uniques, worker, label, truth, max_labels=max_labels):
+    for block in blocks_from_codes(codes, uniques, worker, label, truth, max_labels=max_labels, split=split):
         yield pa.RecordBatch.from_pydict({"block": [pickle.dumps(block, protocol=5)]})
 
 
-def block_rdd(labels: SparkLabels, gold: SparkGold | None, n_partitions: int, max_labels: int):
+def block_rdd(labels: SparkLabels, gold: SparkGold | None, n_partitions: int, max_labels: int, split=None):
     """The RDD of :class:`~crowdspark.block.Block`, partitioned by item, not yet cached.
 
     Parameters
@@ -486,12 +486,14 @@ def block_rdd(labels: SparkLabels, gold: SparkGold | None, n_partitions: int, ma
     n_partitions : int
     max_labels : int
         Largest number of labels in one block.
+    split : crowdspark.block.GoldSplit, optional
+        Which gold items the fit holds fixed (the rest are held out for scoring).
     """
     frame = labels.frame
     if gold is not None:
         frame = frame.join(gold.frame, on="item", how="left")
     frame = frame.repartition(n_partitions, "item")
-    fn = partial(_blocks_from_arrow, encoding=labels.encoding, max_labels=max_labels)
+    fn = partial(_blocks_from_arrow, encoding=labels.encoding, max_labels=max_labels, split=split)
     blobs = frame.mapInArrow(fn, "block binary")
     return blobs.rdd.map(_unpickle_block)
 

@@ -21,7 +21,8 @@ iterations; the fit stops early when the normalized worker totals ``S / max|S|``
 ``tol``.  The objective is the share of labels that agree with the sweep's answers.
 
 KOS has no probabilistic model: the posterior is the answer (1 on the chosen class), 1/2 each on an item
-whose sum is 0 (whose label is drawn from the seed).  For a stateless scoring of new items, ``y_{j->i} =
+whose sum is 0 (whose label is drawn from the seed).  An item with gold in the fit (``Block.fixed``) is
+answered with its gold class; the messages do not use it (they carry no per-item answer to fix).  For a stateless scoring of new items, ``y_{j->i} =
 S_j`` (the worker's total, to which a new item never contributed).
 """
 
@@ -35,7 +36,7 @@ import numpy as np
 from crowdspark.block import Block
 from crowdspark.errors import ConfigError
 from crowdspark.models.base import ItemResult, Model, Schedule, State, Update
-from crowdspark.models.common import per_item_sum, tie_uniforms, worker_label_counts
+from crowdspark.models.common import fix_labels, fix_scores, per_item_sum, tie_uniforms, worker_label_counts
 from crowdspark.models.weighted_vote import worker_agreement
 from crowdspark.stats import Stats
 from crowdspark.validation import check_float, check_int
@@ -104,7 +105,7 @@ class Kos(Model):
         return Schedule(max_sweeps=self.max_iter, tol=self.tol)
 
     def _worker_stats(self, block: Block, a: np.ndarray, x: np.ndarray, total: np.ndarray) -> Stats:
-        decided = np.where(total > 0, 0, 1)
+        decided = fix_labels(block, np.where(total > 0, 0, 1))
         return {
             "sums": np.bincount(block.worker, weights=a * x, minlength=self.n_workers),
             "agree": worker_agreement(block, decided, self.n_workers),
@@ -152,7 +153,7 @@ class Kos(Model):
         posterior = np.zeros((block.n_items, 2))
         posterior[np.arange(block.n_items), label] = 1.0
         posterior[tied] = 0.5
-        return ItemResult(posterior=posterior, label=label)
+        return ItemResult(posterior=fix_scores(block, posterior, log=False), label=fix_labels(block, label))
 
     def worker_table(self, params: Any, init_stats: Stats) -> dict[str, np.ndarray]:
         """``n_labels``, ``reliability`` (the worker's total message ``S_j / max|S|``, in [-1, 1]: negative for

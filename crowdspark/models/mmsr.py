@@ -37,7 +37,7 @@ import scipy.sparse as sp
 from crowdspark.block import Block
 from crowdspark.errors import ConfigError
 from crowdspark.models.base import ItemResult, Model, Preset, State
-from crowdspark.models.common import incidence, normalize_log, worker_label_counts
+from crowdspark.models.common import fix_scores, incidence, normalize_log, worker_label_counts
 from crowdspark.models.weighted_vote import check_ties, first_ties, pick_labels, weighted_scores
 from crowdspark.stats import Stats
 from crowdspark.validation import check_float, check_int
@@ -278,7 +278,7 @@ class Mmsr(Model):
 
     def finish_block(self, block: Block, state: State, params: Any) -> ItemResult:
         scores = weighted_scores(block, params["skill"], self.n_classes)
-        posterior, _ = normalize_log(scores, axis=1)
+        posterior, _ = normalize_log(fix_scores(block, scores.copy()), axis=1)
         return ItemResult(posterior=posterior, label=pick_labels(block, scores, self.seed, self.ties))
 
     def worker_table(self, params: Any, init_stats: Stats) -> dict[str, np.ndarray]:

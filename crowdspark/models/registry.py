@@ -25,6 +25,7 @@ from crowdspark.faces import display_key, field_name
 from crowdspark.models.base import LevelModel, Model
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.models.difficulty_ds import DifficultyDawidSkene
+from crowdspark.models.gold_majority_vote import GoldMajorityVote
 from crowdspark.models.idbla_cvb import IdblaCvb, IdblaCvb0
 from crowdspark.models.idbla_gibbs import Bcc, FixedIdbla, IdblaGibbs
 from crowdspark.models.majority_vote import MajorityVote
@@ -57,6 +58,7 @@ MODELS: tuple[type[Model], ...] = (
     ZeroBasedSkill,
     Kos,
     Mmsr,
+    GoldMajorityVote,
 )
 
 #: algorithm name -> model class

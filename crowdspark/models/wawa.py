@@ -82,7 +82,8 @@ class Wawa(Model):
 
     def finish_block(self, block: Block, state: State, params: Any) -> ItemResult:
         scores = weighted_scores(block, params["skill"], self.n_classes)
-        return ItemResult(posterior=vote_shares(scores), label=pick_labels(block, scores, self.seed, self.ties))
+        return ItemResult(posterior=vote_shares(block, scores),
+                          label=pick_labels(block, scores, self.seed, self.ties))
 
     def worker_table(self, params: Any, init_stats: Stats) -> dict[str, np.ndarray]:
         """``n_labels`` and ``accuracy``: the agreement with the majority vote, which is the worker's weight."""

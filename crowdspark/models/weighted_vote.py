@@ -7,6 +7,9 @@ Ties between the top scores are broken by the model's ``ties`` rule: ``"random"`
 them from (seed, item key) (:func:`crowdspark.models.common.tie_uniforms`, the same draw at every sweep),
 ``"first"`` takes the first tied class in the class order (crowd-kit's rule: pandas' ``idxmax`` over the
 sorted labels).
+
+Items with gold in the fit (``Block.fixed``) get their gold class: :func:`pick_labels` returns it and
+:func:`vote_shares` gives its one-hot, so the skills a model learns from its answers learn from the gold.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from crowdspark.block import Block
-from crowdspark.models.common import argmax_random_ties, tie_uniforms
+from crowdspark.models.common import argmax_random_ties, fix_labels, fix_scores, tie_uniforms
 from crowdspark.validation import check_choice
 
 __all__ = ["TIE_RULES", "check_ties", "first_ties", "weighted_scores", "vote_shares", "pick_labels", "worker_agreement"]
@@ -52,20 +55,21 @@ def weighted_scores(block: Block, weight: np.ndarray, n_classes: int) -> np.ndar
     return sums.reshape(block.n_items, n_classes)
 
 
-def vote_shares(scores: np.ndarray) -> np.ndarray:
-    """Scores normalized per item, shape (n, C); an item whose scores sum to 0 or less is uniform."""
+def vote_shares(block: Block, scores: np.ndarray) -> np.ndarray:
+    """Scores normalized per item, shape (n, C); an item whose scores sum to 0 or less is uniform, an item
+    with gold in the fit the one-hot of its gold class."""
     total = scores.sum(axis=1, keepdims=True)
     positive = total[:, 0] > 0
     out = np.full(scores.shape, 1.0 / scores.shape[1])
     out[positive] = scores[positive] / total[positive]
-    return out
+    return fix_scores(block, out, log=False)
 
 
 def pick_labels(block: Block, scores: np.ndarray, seed: int, ties: str) -> np.ndarray:
-    """The top-scoring class of each item, ties broken by the ``ties`` rule, int32 (n,)."""
-    if ties == "first":
-        return argmax_random_ties(scores, np.zeros(block.n_items))
-    return argmax_random_ties(scores, tie_uniforms(block, seed))
+    """The top-scoring class of each item, ties broken by the ``ties`` rule, int32 (n,); the gold class of an
+    item with gold in the fit."""
+    u = np.zeros(block.n_items) if ties == "first" else tie_uniforms(block, seed)
+    return fix_labels(block, argmax_random_ties(scores, u))
 
 
 def worker_agreement(block: Block, label: np.ndarray, n_workers: int) -> np.ndarray:

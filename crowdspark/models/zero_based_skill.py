@@ -136,7 +136,11 @@ class ZeroBasedSkill(Model):
 
     def finish_block(self, block: Block, state: State, params: Any) -> ItemResult:
         scores, label = self._answers(block, params["skill"])
-        return ItemResult(posterior=vote_shares(scores), label=label)
+        return ItemResult(posterior=vote_shares(block, scores), label=label)
+
+    def worker_start(self, confusion: np.ndarray, accuracy: np.ndarray) -> dict[str, np.ndarray]:
+        """``skill``: the table's accuracy."""
+        return {"skill": np.asarray(accuracy, dtype=np.float64)}
 
     def worker_table(self, params: Any, init_stats: Stats) -> dict[str, np.ndarray]:
         """``n_labels``, ``skill`` (the weight of the worker's labels) and ``accuracy`` (the agreement with the

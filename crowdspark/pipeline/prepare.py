@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from crowdspark.block import Block, build_blocks
+from crowdspark.block import Block, GoldSplit, build_blocks
 from crowdspark.config import RunConfig
 from crowdspark.engine.base import Engine
 from crowdspark.engine.local import LocalEngine
@@ -89,8 +89,9 @@ def _unused_classes(classes: tuple[str, ...], used: set[str]) -> int:
 
 
 def local_blocks(labels_frame: pd.DataFrame, gold_frame: pd.DataFrame | None, encoding: Encoding,
-                 max_labels: int) -> list[Block]:
-    """Blocks of validated pandas labels (``item``/``worker``/``label``) with optional gold."""
+                 max_labels: int, split: GoldSplit | None = None) -> list[Block]:
+    """Blocks of validated pandas labels (``item``/``worker``/``label``) with optional gold, split into the
+    gold the fit holds fixed and the held-out gold by ``split``."""
     truth = None
     if gold_frame is not None:
         truth = labels_frame["item"].map(dict(zip(gold_frame["item"], gold_frame["truth"]))).to_numpy(dtype=object)
@@ -101,7 +102,7 @@ def local_blocks(labels_frame: pd.DataFrame, gold_frame: pd.DataFrame | None, en
         truth,
         encoding,
     )
-    return build_blocks(*encoded, max_labels=max_labels)
+    return build_blocks(*encoded, max_labels=max_labels, split=split)
 
 
 def _selected(labels_source: str, selection: list[str], read):
@@ -165,7 +166,8 @@ def prepare_frames(
         input_warnings = _logged([gold_unmatched(labels, gold)])
     timer.lap("validate")
     max_labels = config.engine.max_block_labels
-    engine = LocalEngine(local_blocks(labels.frame, None if gold is None else gold.frame, enc, max_labels))
+    engine = LocalEngine(local_blocks(labels.frame, None if gold is None else gold.frame, enc, max_labels,
+                                      config.gold.split()))
     timer.lap("blocks")
     inputs = {"labels": labels_source, "gold": gold_source if gold_raw is not None else None,
               "label_rows": label_rows, "labels_read": int(len(labels_raw))}
@@ -278,7 +280,7 @@ def prepare_spark(
     n_partitions = config.spark.partitions or default_partitions(spark, labels.n_rows)
     max_labels = config.engine.max_block_labels
     engine = SparkEngine(
-        block_rdd(labels, gold, n_partitions, max_labels),
+        block_rdd(labels, gold, n_partitions, max_labels, config.gold.split()),
         checkpoint_interval=config.spark.checkpoint_interval,
         session_sweeps=config.spark.session_sweeps,
         tree_depth=config.spark.tree_depth,

@@ -28,7 +28,15 @@ from crowdspark.io.runs import (
 from crowdspark.io.saved_model import SavedModel, load_saved_model
 from crowdspark.io.sink import check_output, make_run_root, recover
 from crowdspark.models.base import Model
-from crowdspark.pipeline.fit import Fitted, RunOptions, check_algorithm, fit_prepared
+from crowdspark.io.worker_table import WorkerTable, read_worker_table
+from crowdspark.pipeline.fit import (
+    Fitted,
+    RunOptions,
+    check_algorithm,
+    check_fit_gold,
+    check_table_start,
+    fit_prepared,
+)
 from crowdspark.pipeline.manifest import (
     check_checkpoint_dir,
     check_new_data,
@@ -140,15 +148,19 @@ class _Plan:
     warm_cold_reason: str | None
     saved: SavedModel | None
     previous_path: str | None
+    table: WorkerTable | None = None
 
 
 def _plan(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
-          warm_start: str | None, run_id: str | None, as_of: _dt.date | None) -> _Plan:
-    """Every check that needs no label: the output, the checkpoint folder, the warm start."""
+          warm_start: str | None, run_id: str | None, as_of: _dt.date | None,
+          initial_workers: str | None = None) -> _Plan:
+    """Every check that needs no label: the output, the checkpoint folder, the warm start or worker table."""
     if output_dir is not None:
         inputs = {"labels": labels_path, "gold": gold_path, "engine.checkpoint_dir": config.engine.checkpoint_dir}
         check_output(output_dir, run_id=run_id, inputs=inputs, spark=spark)
     check_checkpoint_dir(config.engine.checkpoint_dir)
+    check_fit_gold(config, gold_path is not None)
+    check_table_start(config, warm_start, initial_workers)
     as_of = as_of or default_as_of(run_id)
     destination = output_dir
     if output_dir is not None and run_id is not None:
@@ -168,16 +180,18 @@ def _plan(config: RunConfig, labels_path: str, output_dir: str | None, gold_path
     if previous is None and output_dir is not None and run_id is not None and files_for(output_dir, spark).exists(
             output_dir):
         previous = latest_run_before(output_dir, as_of, spark)
-    return _Plan(destination, as_of, warm_path, cold_reason, saved, previous)
+    table = read_worker_table(initial_workers, spark) if initial_workers else None
+    return _Plan(destination, as_of, warm_path, cold_reason, saved, previous, table)
 
 
 def preflight(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None,
-              warm_start: str | None, run_id: str | None, as_of: _dt.date | None) -> None:
+              warm_start: str | None, run_id: str | None, as_of: _dt.date | None,
+              initial_workers: str | None = None) -> None:
     """The checks of :func:`aggregate` that need no label, run before a SparkSession starts when every path
     they look at is local (the command line calls it; :func:`aggregate` checks again)."""
-    paths = [output_dir, warm_start, config.engine.checkpoint_dir]
+    paths = [output_dir, warm_start, initial_workers, config.engine.checkpoint_dir]
     if all(is_local(path) for path in paths if path):
-        plan = _plan(config, labels_path, output_dir, gold_path, None, warm_start, run_id, as_of)
+        plan = _plan(config, labels_path, output_dir, gold_path, None, warm_start, run_id, as_of, initial_workers)
         if plan.destination is not None:
             _lock(plan.destination, config, None).check_free()
 
@@ -193,6 +207,7 @@ def aggregate(
     run_id: str | None = None,
     as_of: _dt.date | None = None,
     options: RunOptions | None = None,
+    initial_workers: str | None = None,
 ) -> RunResult:
     """Run the configured algorithm and write the results.
 
@@ -227,8 +242,12 @@ def aggregate(
         date, else today (UTC).
     options : RunOptions, optional
         Its test hooks apply (the warm start and the inputs come from the arguments).
+    initial_workers : str, optional
+        A worker table (a previous run's output or its ``workers/``, or a table of ``worker`` and
+        ``confusion`` or ``accuracy``, :mod:`crowdspark.io.worker_table`) whose workers start from its
+        matrices; not with ``warm_start``.
     """
-    plan = _plan(config, labels_path, output_dir, gold_path, spark, warm_start, run_id, as_of)
+    plan = _plan(config, labels_path, output_dir, gold_path, spark, warm_start, run_id, as_of, initial_workers)
     lock = _lock(plan.destination, config, spark) if plan.destination else None
     with lock or _no_lock():
         recovered = recover(plan.destination, spark) if plan.destination else None
@@ -255,6 +274,10 @@ def _signature(source: Source, labels_path: str, gold_path: str | None, window: 
     return signature
 
 
+def _table_path(plan: _Plan) -> str | None:
+    return plan.table.source if plan.table is not None else None
+
+
 def _lock(destination: str, config: RunConfig, spark: Any) -> OutputLock:
     return OutputLock(files_for(destination, spark), destination, config.nightly.lock_stale_hours * 3600)
 
@@ -267,10 +290,10 @@ def _no_lock():
 def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
          run_id: str | None, plan: _Plan, options: RunOptions | None, recovered: str | None) -> RunResult:
     timer = Timer()
-    source = choose_source(config, labels_path, gold_path, output_dir, plan.warm_path, spark)
+    source = choose_source(config, labels_path, gold_path, output_dir, plan.warm_path or _table_path(plan), spark)
     # the run id is part of the inputs: a checkpoint left by another night's run is never resumed
     window = Window.of(config, plan.as_of)
-    options = replace(options or RunOptions(), warm_start=plan.saved,
+    options = replace(options or RunOptions(), warm_start=plan.saved, initial_workers=plan.table,
                       inputs={**_signature(source, labels_path, gold_path, window, spark), "run_id": run_id})
     prepared = _prepare(source, config, labels_path, gold_path, timer, spark, options, window)
     manifest = run_manifest(prepared.inputs, options.inputs, run_id, plan.as_of, window, plan.warm_path,
