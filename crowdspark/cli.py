@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     agg.add_argument("--warm-start", metavar="PATH",
                      help="start from a previous run's output, from the folder of runs (the OUTPUT of --run-id runs: "
                           "its newest run before this one), or from a saved model")
+    agg.add_argument("--full-refit", action="store_true",
+                     help="with incremental.mode = \"on\": fit every day up to the as-of date instead of continuing "
+                          "the previous run incrementally (the next nights continue from this one)")
     agg.add_argument("--master", help="Spark master when not run by spark-submit (default local[*])")
     agg.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     agg.add_argument("--quiet", action="store_true", help="only warnings and errors in the log")
@@ -77,7 +80,7 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
 
     config = load_config(args.config, args.overrides, algorithm=args.algorithm, seed=args.seed, engine_name=args.engine)
     as_of = parse_as_of(args.as_of) if args.as_of else None
-    preflight(config, args.labels, args.output, args.gold, args.warm_start, args.run_id, as_of)
+    preflight(config, args.labels, args.output, args.gold, args.warm_start, args.run_id, as_of, args.full_refit)
     own_session = False
     if spark is None and needs_spark(config, args.labels, args.gold, args.output, args.warm_start):
         from crowdspark.spark_session import build_session
@@ -87,7 +90,7 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
     try:
         result = aggregate(
             config, args.labels, args.output, gold_path=args.gold, spark=spark,
-            warm_start=args.warm_start, run_id=args.run_id, as_of=as_of,
+            warm_start=args.warm_start, run_id=args.run_id, as_of=as_of, full_refit=args.full_refit,
         )
     finally:
         if own_session:

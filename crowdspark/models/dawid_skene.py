@@ -116,6 +116,7 @@ class DawidSkene(Model):
     )
     worker_params: ClassVar[tuple[str, ...]] = ("log_pi",)
     shared_params: ClassVar[tuple[str, ...]] = ("log_alpha",)
+    carried_stats: ClassVar[tuple[str, ...]] = ("confusion", "classes")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -167,6 +168,13 @@ class DawidSkene(Model):
 
     def export_params(self, params: Any) -> dict[str, np.ndarray]:
         return {"log_pi": params["log_pi"], "log_alpha": params["log_alpha"]}
+
+    def item_responsibilities(self, block: Block, params: Any) -> np.ndarray:
+        """The posterior over each item's true class, shape (n, C)."""
+        return ds_e_step(block, params["log_pi"], params["log_alpha"])[0]
+
+    def carried_from_sums(self, label_sums: np.ndarray, item_sums: np.ndarray) -> Stats:
+        return {"confusion": label_sums, "classes": item_sums}
 
     def summary(self, params: Any) -> dict[str, Any]:
         return {"class_proportions": np.exp(params["log_alpha"]).tolist()}

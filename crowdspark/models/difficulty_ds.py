@@ -505,6 +505,7 @@ class DifficultyDawidSkene(LevelModel):
     item_extras: ClassVar[dict[str, str]] = {"level": "int", "level_posterior": "array<double>"}
     worker_params: ClassVar[tuple[str, ...]] = ("log_B",)
     shared_params: ClassVar[tuple[str, ...]] = ("log_alpha", "log_beta", "w", "d")
+    carried_stats: ClassVar[tuple[str, ...]] = ("counts", "classes", "levels")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -678,6 +679,17 @@ class DifficultyDawidSkene(LevelModel):
         new["stage"] = 1
         new["log_pi"] = level_log_pi(new["log_B"], new["w"], new["log_noise"], new["d"])
         return new
+
+    def item_responsibilities(self, block: Block, params: Any) -> np.ndarray:
+        """The posterior over each item's (level, class) pairs, shape (n, H C), level-major."""
+        resp, _ = dds_e_step(block, params)
+        return resp.reshape(resp.shape[0], -1)
+
+    def carried_from_sums(self, label_sums: np.ndarray, item_sums: np.ndarray) -> Stats:
+        h, c = self.n_levels, self.n_classes
+        by_level = item_sums.reshape(h, c)
+        return {"counts": label_sums.reshape(label_sums.shape[0], h, c, c), "classes": by_level.sum(axis=0),
+                "levels": by_level.sum(axis=1)}
 
     def evidence_block(self, block: Block, params: Any) -> Stats:
         """``log_evidence`` = ``sum_i log p(L_i | B, w, d, alpha, beta)``; ``entropy`` = ``-sum_i sum_h r_ih

@@ -29,6 +29,7 @@ from crowdspark.io.saved_model import SavedModel, load_saved_model
 from crowdspark.io.sink import check_output, make_run_root, recover
 from crowdspark.models.base import Model
 from crowdspark.pipeline.fit import Fitted, RunOptions, check_algorithm, fit_prepared
+from crowdspark.pipeline.incremental import NightPlan, check_incremental_config, plan_night, run_night
 from crowdspark.pipeline.manifest import (
     check_checkpoint_dir,
     check_new_data,
@@ -140,11 +141,13 @@ class _Plan:
     warm_cold_reason: str | None
     saved: SavedModel | None
     previous_path: str | None
+    night: NightPlan | None = None
 
 
 def _plan(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
-          warm_start: str | None, run_id: str | None, as_of: _dt.date | None) -> _Plan:
-    """Every check that needs no label: the output, the checkpoint folder, the warm start."""
+          warm_start: str | None, run_id: str | None, as_of: _dt.date | None, full_refit: bool = False) -> _Plan:
+    """Every check that needs no label: the output, the checkpoint folder, the warm start, the kind of night."""
+    check_incremental_config(config)
     if output_dir is not None:
         inputs = {"labels": labels_path, "gold": gold_path, "engine.checkpoint_dir": config.engine.checkpoint_dir}
         check_output(output_dir, run_id=run_id, inputs=inputs, spark=spark)
@@ -168,16 +171,17 @@ def _plan(config: RunConfig, labels_path: str, output_dir: str | None, gold_path
     if previous is None and output_dir is not None and run_id is not None and files_for(output_dir, spark).exists(
             output_dir):
         previous = latest_run_before(output_dir, as_of, spark)
-    return _Plan(destination, as_of, warm_path, cold_reason, saved, previous)
+    night = plan_night(config, previous, as_of, full_refit, spark)
+    return _Plan(destination, as_of, warm_path, cold_reason, saved, previous, night)
 
 
 def preflight(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None,
-              warm_start: str | None, run_id: str | None, as_of: _dt.date | None) -> None:
+              warm_start: str | None, run_id: str | None, as_of: _dt.date | None, full_refit: bool = False) -> None:
     """The checks of :func:`aggregate` that need no label, run before a SparkSession starts when every path
     they look at is local (the command line calls it; :func:`aggregate` checks again)."""
     paths = [output_dir, warm_start, config.engine.checkpoint_dir]
     if all(is_local(path) for path in paths if path):
-        plan = _plan(config, labels_path, output_dir, gold_path, None, warm_start, run_id, as_of)
+        plan = _plan(config, labels_path, output_dir, gold_path, None, warm_start, run_id, as_of, full_refit)
         if plan.destination is not None:
             _lock(plan.destination, config, None).check_free()
 
@@ -193,6 +197,7 @@ def aggregate(
     run_id: str | None = None,
     as_of: _dt.date | None = None,
     options: RunOptions | None = None,
+    full_refit: bool = False,
 ) -> RunResult:
     """Run the configured algorithm and write the results.
 
@@ -227,8 +232,11 @@ def aggregate(
         date, else today (UTC).
     options : RunOptions, optional
         Its test hooks apply (the warm start and the inputs come from the arguments).
+    full_refit : bool
+        With ``incremental.mode = "on"``: fit every day up to the as-of date instead of continuing the previous
+        run incrementally (:mod:`crowdspark.pipeline.incremental`).
     """
-    plan = _plan(config, labels_path, output_dir, gold_path, spark, warm_start, run_id, as_of)
+    plan = _plan(config, labels_path, output_dir, gold_path, spark, warm_start, run_id, as_of, full_refit)
     lock = _lock(plan.destination, config, spark) if plan.destination else None
     with lock or _no_lock():
         recovered = recover(plan.destination, spark) if plan.destination else None
@@ -264,9 +272,9 @@ def _no_lock():
     yield
 
 
-def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
-         run_id: str | None, plan: _Plan, options: RunOptions | None, recovered: str | None) -> RunResult:
-    timer = Timer()
+def _fit_window(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
+                run_id: str | None, plan: _Plan, options: RunOptions | None, timer: Timer) -> Fitted:
+    """Read the run's window, fit it, and record what was read."""
     source = choose_source(config, labels_path, gold_path, output_dir, plan.warm_path, spark)
     # the run id is part of the inputs: a checkpoint left by another night's run is never resumed
     window = Window.of(config, plan.as_of)
@@ -281,6 +289,21 @@ def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path:
     fitted.summary["warnings"] = manifest.pop("warnings") + fitted.summary["warnings"]
     if source.small_input is not None:
         fitted.summary["small_input"] = source.small_input
+    return fitted
+
+
+def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
+         run_id: str | None, plan: _Plan, options: RunOptions | None, recovered: str | None) -> RunResult:
+    timer = Timer()
+    extra = None
+    if plan.night is None:
+        fitted = _fit_window(config, labels_path, output_dir, gold_path, spark, run_id, plan, options, timer)
+    else:  # incremental.mode = "on": crowdspark.pipeline.incremental reads, fits and builds the tables
+        night_options = replace(options or RunOptions(), warm_start=plan.saved,
+                                inputs={**input_signature(labels_path, gold_path), "run_id": run_id})
+        fitted = run_night(config, labels_path, gold_path, spark, run_id, plan.as_of, plan.night,
+                           warm_path=plan.warm_path, options=night_options, timer=timer)
+        extra = fitted.write_state
     if plan.warm_cold_reason is not None:
         fitted.summary["warm_start"] = {"source": None, "used": False, "reason": plan.warm_cold_reason}
     if recovered is not None:
@@ -288,7 +311,7 @@ def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path:
     try:
         items, workers = fitted.items(), fitted.workers()
         if plan.destination is not None:
-            write_result(fitted, items, workers, plan.destination, config, spark)
+            write_result(fitted, items, workers, plan.destination, config, spark, extra)
         local = isinstance(items, pd.DataFrame)
         result = RunResult(summary=fitted.summary, items=items if local else None, workers=workers if local else None,
                            model=fitted.model, params=fitted.params, encoding=fitted.encoding)
