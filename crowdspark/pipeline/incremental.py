@@ -301,6 +301,13 @@ class _Context:
     reader: DayReader
 
 
+def _small_frame(table: Any) -> pd.DataFrame:
+    """A table of workers (size K, a driver table) as a pandas frame."""
+    if isinstance(table, pd.DataFrame):
+        return table
+    return table.to_pandas() if hasattr(table, "to_pandas") else table.toPandas()
+
+
 def _union(a: Any, b: Any) -> Any:
     if isinstance(a, pd.DataFrame):
         return pd.concat([a, b], ignore_index=True)
@@ -399,8 +406,7 @@ def _accuracy_moves(ctx: _Context, workers: pd.DataFrame, previous: str | None) 
     except InputError as exc:
         log.warning("no accuracy moves: %s", exc)
         return []
-    if not isinstance(before, pd.DataFrame):
-        before = before.select("worker", "accuracy").toPandas()
+    before = _small_frame(before)
     both = workers[["worker", "accuracy"]].merge(before[["worker", "accuracy"]], on="worker", suffixes=("", "_before"))
     both["change"] = both["accuracy"] - both["accuracy_before"]
     order = both["change"].abs().sort_values(ascending=False, kind="stable").index[:top]
@@ -554,9 +560,7 @@ def _carried_forward(ctx: _Context, plan: NightPlan, manifest: dict[str, Any]) -
     summary = json.loads(_read_bytes(f"{previous}/summary.json", spark).decode("utf-8"))
     elapsed = (ctx.as_of - _dt.date.fromisoformat(plan.carried.as_of)).days
     carried = replace(plan.carried.decayed(ctx.config.incremental.decay ** elapsed), as_of=ctx.as_of.isoformat())
-    workers = read_table(f"{previous}/workers", spark, "the previous run's workers")
-    if not isinstance(workers, pd.DataFrame):
-        workers = workers.toPandas()
+    workers = _small_frame(read_table(f"{previous}/workers", spark, "the previous run's workers"))
     summary.update(iterations=0, history=[], converged=True, stop_reason="no new labels: the previous result is "
                    "carried forward", resumed_from_iteration=None, warnings=[], config=ctx.config.to_dict(),
                    timings=ctx.timer.timings)

@@ -12,8 +12,9 @@ A run of ``incremental.mode = "on"`` writes ``_incremental/items/`` beside its `
   (:meth:`~crowdspark.models.base.Model.item_responsibilities`), with which its contribution to the carried
   statistics is subtracted when new labels make a run refit it.
 
-Tables are pandas DataFrames when the labels were read with pandas and Spark DataFrames (lazy, nothing
-item-level collected) when Spark read them.
+Tables are pyarrow Tables when the labels were read with pandas (the history's rows are filtered and written
+without a Python object per row) and Spark DataFrames (lazy, nothing item-level collected) when Spark read them;
+the rows of the items fitted this run come from the engine (pandas or Spark).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from crowdspark.engine.carry import label_sums
 from crowdspark.errors import InputError
 from crowdspark.io.datatree import tree_from_bytes, tree_to_bytes
 from crowdspark.io.rules import Encoding
-from crowdspark.io.tables import item_schema
+from crowdspark.io.tables import item_schema, write_table
 from crowdspark.stats import Stats, add_stats, sum_stats
 
 __all__ = [
@@ -59,11 +60,20 @@ def state_path(run: str) -> str:
 
 
 def _is_spark(table: Any) -> bool:
-    return not isinstance(table, pd.DataFrame)
+    import pyarrow as pa
+
+    return not isinstance(table, (pd.DataFrame, pa.Table))
+
+
+def _arrow_state_schema():
+    import pyarrow as pa
+
+    return pa.schema([("item", pa.string()), ("days", pa.list_(pa.string())), ("labels", pa.int64()),
+                      ("visited", pa.string()), ("resp", pa.list_(pa.float64()))])
 
 
 def read_table(path: str, spark: Any, what: str) -> Any:
-    """The Parquet table at ``path``: with Spark when ``spark`` is given, else with pandas.
+    """The Parquet table at ``path``: with Spark when ``spark`` is given, else with pyarrow.
 
     Raises
     ------
@@ -73,7 +83,11 @@ def read_table(path: str, spark: Any, what: str) -> Any:
     try:
         if spark is not None:
             return spark.read.parquet(path)
-        return pd.read_parquet(path)
+        import pyarrow.parquet as pq
+
+        from crowdspark.io.paths import strip_file_scheme
+
+        return pq.read_table(strip_file_scheme(path))
     except Exception as exc:  # noqa: BLE001 - any reader's failure means the same to the user
         raise InputError(f"cannot read {what} at {path!r} ({type(exc).__name__}: {str(exc)[:300]}); the previous "
                          "run is incomplete or was not written by an incremental run: run a full refit (--full-refit)"
@@ -97,10 +111,16 @@ def _days_of_items(labels: Any) -> Any:
 
         return labels.groupBy("item").agg(F.array_sort(F.collect_set("day")).alias("days"),
                                           F.count(F.lit(1)).alias("labels"))
-    pairs = labels[["item", "day"]].drop_duplicates().sort_values(["item", "day"], kind="stable")
-    days = pairs.groupby("item", sort=False)["day"].agg(list).rename("days")
-    return pd.concat([days, labels.groupby("item")["day"].size().rename("labels")], axis=1,
-                     join="inner").reset_index()
+    item = labels["item"].to_numpy(dtype=object)
+    day = labels["day"].to_numpy(dtype=object)
+    order = np.lexsort((day, item))
+    item, day = item[order], day[order]
+    new_item = np.r_[True, item[1:] != item[:-1]]
+    new_pair = new_item | np.r_[True, day[1:] != day[:-1]]
+    starts = np.flatnonzero(new_item)
+    pair_starts = np.cumsum(new_pair)[starts] - 1  # first pair of each item
+    return {"item": item[starts], "days": day[new_pair], "day_offsets": np.r_[pair_starts, new_pair.sum()],
+            "labels": np.diff(np.r_[starts, len(item)])}
 
 
 def state_table(resp: Any, labels: Any, as_of: _dt.date, spark: Any) -> Any:
@@ -113,9 +133,32 @@ def state_table(resp: Any, labels: Any, as_of: _dt.date, spark: Any) -> Any:
         resp = resp if _is_spark(resp) else spark.createDataFrame(resp, RESP_SCHEMA)
         joined = resp.join(days, "item").withColumn("visited", F.lit(as_of.isoformat()))
         return joined.select("item", "days", "labels", "visited", "resp")
-    out = resp.merge(days, on="item", how="inner", validate="one_to_one")
-    out["visited"] = as_of.isoformat()
-    return out[["item", "days", "labels", "visited", "resp"]]
+    import pyarrow as pa
+
+    rows = pd.Index(days["item"]).get_indexer(resp["item"].to_numpy(dtype=object))
+    if (rows < 0).any():
+        raise ValueError("fitted items without labels")
+    offsets = days["day_offsets"]
+    lists = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(days["days"], type=pa.string()))
+    values = np.stack(resp["resp"].to_numpy()) if len(resp) else np.zeros((0, 0))
+    width = values.shape[1] if values.ndim == 2 else 0
+    resp_lists = pa.ListArray.from_arrays(pa.array(np.arange(0, len(resp) * width + 1, width, dtype=np.int32)),
+                                          pa.array(values.reshape(-1).astype(np.float64)))
+    return pa.table({"item": pa.array(resp["item"].to_numpy(dtype=object), type=pa.string()),
+                     "days": lists.take(pa.array(rows)), "labels": pa.array(days["labels"][rows].astype(np.int64)),
+                     "visited": pa.array([as_of.isoformat()] * len(resp), type=pa.string()),
+                     "resp": resp_lists}, schema=_arrow_state_schema())
+
+
+def _arrow(table: Any, like: Any) -> Any:
+    """``table`` (pandas or pyarrow) as a pyarrow Table of ``like``'s schema where the columns agree."""
+    import pyarrow as pa
+
+    if isinstance(table, pd.DataFrame):
+        table = pa.Table.from_pandas(table, preserve_index=False)
+    if table.schema.names == like.schema.names:
+        return table.cast(like.schema)
+    return table
 
 
 def merged(previous: Any, new: Any, refitted: Any, spark: Any, extras: dict[str, str] | None = None) -> Any:
@@ -127,42 +170,47 @@ def merged(previous: Any, new: Any, refitted: Any, spark: Any, extras: dict[str,
     if _is_spark(previous):
         if not _is_spark(new):
             schema = STATE_SCHEMA if extras is None else item_schema(extras)
-            new = spark.createDataFrame(new, schema)
+            new = spark.createDataFrame(_pandas(new), schema)
         kept = previous.join(refitted.select("item"), "item", "left_anti")
         return kept.unionByName(new, allowMissingColumns=True)
-    refitted_items = set(refitted["item"])
-    kept = previous.loc[~previous["item"].isin(refitted_items).to_numpy()]
-    return pd.concat([kept, new], ignore_index=True)
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    items = pa.array(pd.unique(refitted["item"]), type=pa.string())
+    kept = previous.filter(pc.invert(pc.is_in(previous["item"], value_set=items)))
+    return pa.concat_tables([kept, _arrow(new, kept)], promote_options="permissive")
+
+
+def _pandas(table: Any) -> pd.DataFrame:
+    return table if isinstance(table, pd.DataFrame) else table.to_pandas()
 
 
 def write_state(table: Any, directory: str, spark: Any) -> None:
-    """Write an item state table as Parquet (pandas tables locally with pyarrow, whatever mix of lists and arrays
-    their array cells hold)."""
-    import os
-
+    """Write an item state table as Parquet."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from crowdspark.io.paths import is_local, strip_file_scheme
+    from crowdspark.io.paths import is_local
 
     if _is_spark(table):
         table.write.mode("overwrite").parquet(directory)
-    elif not is_local(directory):
-        spark.createDataFrame(table, STATE_SCHEMA).coalesce(1).write.mode("overwrite").parquet(directory)
+    elif is_local(directory):
+        write_table(table if isinstance(table, pa.Table) else pa.Table.from_pandas(table, schema=_arrow_state_schema(),
+                                                                                  preserve_index=False),
+                    directory, "parquet")
     else:
-        schema = pa.schema([("item", pa.string()), ("days", pa.list_(pa.string())), ("labels", pa.int64()),
-                            ("visited", pa.string()), ("resp", pa.list_(pa.float64()))])
-        local = strip_file_scheme(directory)
-        os.makedirs(local, exist_ok=True)
-        pq.write_table(pa.Table.from_pandas(table, schema=schema, preserve_index=False),
-                       os.path.join(local, "part-00000.parquet"))
+        spark.createDataFrame(_pandas(table), STATE_SCHEMA).coalesce(1).write.mode("overwrite").parquet(directory)
 
 
 def revisited(state: Any, touched: Any) -> Any:
-    """The state rows of the ``touched`` items (a table with ``item``) that the previous run fitted."""
+    """The state rows of the ``touched`` items (a table with ``item``) that the previous run fitted (a pandas
+    frame when the state is local: they are the day's revisits, not the history)."""
     if _is_spark(state):
         return state.join(touched.select("item").distinct(), "item", "left_semi")
-    return state.loc[state["item"].isin(set(touched["item"])).to_numpy()].reset_index(drop=True)
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    items = pa.array(pd.unique(touched["item"]), type=pa.string())
+    return state.filter(pc.is_in(state["item"], value_set=items)).to_pandas()
 
 
 def row_counts(rows: Any) -> tuple[int, int]:

@@ -299,8 +299,9 @@ def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path:
     if plan.night is None:
         fitted = _fit_window(config, labels_path, output_dir, gold_path, spark, run_id, plan, options, timer)
     else:  # incremental.mode = "on": crowdspark.pipeline.incremental reads, fits and builds the tables
-        night_options = replace(options or RunOptions(), warm_start=plan.saved,
-                                inputs={**input_signature(labels_path, gold_path), "run_id": run_id})
+        # the paths only: the days read are the manifest's (listing every file of the lake grows with it)
+        paths = {"labels": {"path": labels_path}, "gold": {"path": gold_path}}
+        night_options = replace(options or RunOptions(), warm_start=plan.saved, inputs={**paths, "run_id": run_id})
         fitted = run_night(config, labels_path, gold_path, spark, run_id, plan.as_of, plan.night,
                            warm_path=plan.warm_path, options=night_options, timer=timer)
         extra = fitted.write_state
@@ -312,6 +313,8 @@ def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path:
         items, workers = fitted.items(), fitted.workers()
         if plan.destination is not None:
             write_result(fitted, items, workers, plan.destination, config, spark, extra)
+        if not _is_spark_frame(items) and not isinstance(items, pd.DataFrame):
+            items = items.to_pandas()  # a pyarrow table (an incremental night's local result)
         local = isinstance(items, pd.DataFrame)
         result = RunResult(summary=fitted.summary, items=items if local else None, workers=workers if local else None,
                            model=fitted.model, params=fitted.params, encoding=fitted.encoding)
