@@ -42,13 +42,12 @@ from crowdspark.pipeline.days import DayReader
 from crowdspark.pipeline.fit import Fitted, RunOptions, fit_prepared
 from crowdspark.pipeline.item_state import (
     STATE_FOLDER,
-    earlier_days,
     merged,
     previous_sums,
     read_table,
     resp_batch,
     revisited,
-    row_counts,
+    revisit_summary,
     state_path,
     state_table,
     write_state,
@@ -495,7 +494,7 @@ def _incremental(ctx: _Context, plan: NightPlan) -> Night:
     state = read_table(state_path(plan.previous), ctx.spark if ctx.reader.distributed else None,
                        "the previous run's item state")
     rows = revisited(state, touched)
-    days = earlier_days(rows)
+    n_revisited, n_earlier, days = revisit_summary(rows)
     earlier = _of_items(ctx.reader.days(days), touched) if days else None
     labels = new if earlier is None else _union(new, earlier)
     prepared, small = _prepare(ctx, labels, saved.classes, sorted(set(counts) | set(days)))
@@ -505,7 +504,6 @@ def _incremental(ctx: _Context, plan: NightPlan) -> Night:
         model = _model_like(saved, enc.n_workers)
         width = int(carried.item_sums.shape[0])
         removed = previous_sums(earlier, rows, enc, ctx.as_of, config.incremental.decay, width) if days else {}
-        n_revisited, n_earlier = row_counts(rows)
         found = (int(removed.get("n_items", 0)), int(removed.get("n_labels", 0)))
         if found != (n_revisited, n_earlier):
             raise InputError(

@@ -43,8 +43,7 @@ __all__ = [
     "state_table",
     "merged",
     "revisited",
-    "earlier_days",
-    "row_counts",
+    "revisit_summary",
     "write_state",
     "previous_sums",
 ]
@@ -213,23 +212,16 @@ def revisited(state: Any, touched: Any) -> Any:
     return state.filter(pc.is_in(state["item"], value_set=items)).to_pandas()
 
 
-def row_counts(rows: Any) -> tuple[int, int]:
-    """The number of state rows and their labels."""
+def revisit_summary(rows: Any) -> tuple[int, int, list[str]]:
+    """The number of state rows, their labels and their distinct ``days`` (one small job on Spark: days, not
+    items, reach the driver)."""
     if _is_spark(rows):
         from pyspark.sql import functions as F
 
-        row = rows.agg(F.count(F.lit(1)).alias("n"), F.sum("labels").alias("labels")).collect()[0]
-        return int(row["n"]), int(row["labels"] or 0)
-    return int(len(rows)), int(rows["labels"].sum())
-
-
-def earlier_days(rows: Any) -> list[str]:
-    """The distinct ``days`` of state rows (a short list: days, not items, reach the driver)."""
-    if _is_spark(rows):
-        from pyspark.sql import functions as F
-
-        return sorted(r[0] for r in rows.select(F.explode("days")).distinct().collect())
-    return sorted({day for days in rows["days"] for day in days})
+        row = rows.agg(F.count(F.lit(1)).alias("n"), F.sum("labels").alias("labels"),
+                       F.array_distinct(F.flatten(F.collect_list("days"))).alias("days")).collect()[0]
+        return int(row["n"]), int(row["labels"] or 0), sorted(row["days"] or [])
+    return int(len(rows)), int(rows["labels"].sum()), sorted({day for days in rows["days"] for day in days})
 
 
 def _weights(visited: np.ndarray, as_of: _dt.date, decay: float) -> np.ndarray:
