@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="start the workers a worker table lists from their matrices (a previous run's output or its "
                           "workers/, or a CSV/Parquet/JSON-lines table with columns worker and confusion or "
                           "accuracy); the other workers start as usual. Not with --warm-start")
+    agg.add_argument("--full-refit", action="store_true",
+                     help="with incremental.mode = \"on\": fit every day up to the as-of date instead of continuing "
+                          "the previous run incrementally (the next nights continue from this one)")
     agg.add_argument("--master", help="Spark master when not run by spark-submit (default local[*])")
     agg.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     agg.add_argument("--quiet", action="store_true", help="only warnings and errors in the log")
@@ -81,7 +84,8 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
 
     config = load_config(args.config, args.overrides, algorithm=args.algorithm, seed=args.seed, engine_name=args.engine)
     as_of = parse_as_of(args.as_of) if args.as_of else None
-    preflight(config, args.labels, args.output, args.gold, args.warm_start, args.run_id, as_of, args.initial_workers)
+    preflight(config, args.labels, args.output, args.gold, args.warm_start, args.run_id, as_of, args.full_refit,
+              args.initial_workers)
     own_session = False
     if spark is None and needs_spark(config, args.labels, args.gold, args.output,
                                      args.warm_start or args.initial_workers):
@@ -92,7 +96,8 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
     try:
         result = aggregate(
             config, args.labels, args.output, gold_path=args.gold, spark=spark,
-            warm_start=args.warm_start, run_id=args.run_id, as_of=as_of, initial_workers=args.initial_workers,
+            warm_start=args.warm_start, run_id=args.run_id, as_of=as_of, full_refit=args.full_refit,
+            initial_workers=args.initial_workers,
         )
     finally:
         if own_session:

@@ -44,6 +44,7 @@ __all__ = [
     "EngineConfig",
     "SparkConfig",
     "NightlyConfig",
+    "IncrementalConfig",
     "RunConfig",
     "load_config",
     "parse_override",
@@ -296,6 +297,42 @@ class NightlyConfig:
         check_float("nightly.lock_stale_hours", self.lock_stale_hours, minimum=0.0, strict_min=True)
 
 
+@dataclass(frozen=True)
+class IncrementalConfig:
+    """Incremental nights: a run that reads only the days after the previous run (and the earlier labels of the
+    items those days touch) and carries the statistics of every other item forward (docs/incremental.md).
+
+    Attributes
+    ----------
+    mode : str
+        ``off``: every run fits all the labels it reads; ``on``: a run continues from the previous run of the
+        output root (or its ``--warm-start`` run), and writes what the next night continues from.  Needs
+        ``input.date_column`` and ``input.window_days = 0``; a night without a previous run, with
+        ``--full-refit`` or past ``full_refit_days`` fits every day up to its as-of date (a full refit).
+    decay : float
+        In (0, 1]: every day, the carried statistics of items not labelled since are multiplied by this (1: no
+        decay), so that the estimates follow workers whose reliability changes; 0.95 weighs a day 20 days old
+        at about a third.
+    full_refit_days : int
+        A night whose previous full refit is this many days or more before its as-of date is a full refit; 0:
+        only the first night and ``--full-refit``.
+    drift_workers : int
+        The run summary lists this many workers whose estimated accuracy moved most since the previous run.
+    """
+
+    mode: str = "off"
+    decay: float = 1.0
+    full_refit_days: int = 0
+    drift_workers: int = 10
+
+    def __post_init__(self) -> None:
+        coerce_fields(self, "incremental")
+        check_choice("incremental.mode", self.mode, ("off", "on"))
+        check_float("incremental.decay", self.decay, minimum=0.0, maximum=1.0, strict_min=True)
+        check_int("incremental.full_refit_days", self.full_refit_days, minimum=0)
+        check_int("incremental.drift_workers", self.drift_workers, minimum=0)
+
+
 #: keys that moved from [engine] to [spark]: what an older configuration is told
 MOVED_TO_SPARK = tuple(f.name for f in fields(SparkConfig))
 
@@ -312,6 +349,7 @@ class RunConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
     nightly: NightlyConfig = field(default_factory=NightlyConfig)
+    incremental: IncrementalConfig = field(default_factory=IncrementalConfig)
     algorithms: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -346,7 +384,7 @@ def _jsonable(value: Any) -> Any:
 
 
 _SECTIONS = {"input": InputConfig, "gold": GoldConfig, "output": OutputConfig, "engine": EngineConfig,
-             "spark": SparkConfig, "nightly": NightlyConfig}
+             "spark": SparkConfig, "nightly": NightlyConfig, "incremental": IncrementalConfig}
 _TOP_KEYS = ("algorithm", "seed")
 
 

@@ -55,3 +55,12 @@ def by_item(results) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     post = np.concatenate([r.posterior for _, r in results])
     order = np.argsort(ids.astype(str), kind="stable")
     return ids[order], labels[order], post[order]
+
+
+def written_lake(root, spec) -> tuple[str, str, object]:
+    """``crowdspark.lake`` lake of ``spec`` written under ``root``: ``(labels folder, gold path, Lake)``."""
+    from crowdspark.lake import make_lake, write_lake
+
+    data = make_lake(spec)
+    gold = write_lake(data, str(root / "labels"))
+    return str(root / "labels"), gold, data

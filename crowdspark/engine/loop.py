@@ -134,6 +134,7 @@ def fit(
     *,
     warm_start: WarmStart | None = None,
     checkpoint: Checkpointer | None = None,
+    carried: Stats | None = None,
 ) -> FitResult:
     """Fit ``model`` on the blocks held by ``engine``.
 
@@ -146,6 +147,9 @@ def fit(
         previous run's, after the model's own initialization.
     checkpoint : Checkpointer, optional
         Resume from its checkpoint if there is one, and save one every ``checkpoint.every`` sweeps.
+    carried : Stats, optional
+        Statistics of items the engine does not hold (the model's ``carried_stats``), added to every sweep's
+        sum: an incremental run (:mod:`crowdspark.engine.carry`).
 
     Returns
     -------
@@ -153,12 +157,13 @@ def fit(
     """
     engine.begin_sweeps(model.stateful)
     try:
-        return _fit(model, engine, warm_start, checkpoint)
+        return _fit(model, engine, warm_start, checkpoint, carried)
     finally:
         engine.end_sweeps()
 
 
-def _fit(model: Model, engine: Engine, warm_start: WarmStart | None, checkpoint: Checkpointer | None) -> FitResult:
+def _fit(model: Model, engine: Engine, warm_start: WarmStart | None, checkpoint: Checkpointer | None,
+         carried: Stats | None) -> FitResult:
     stateful = model.stateful
     schedule = model.schedule
     saved = checkpoint.load() if checkpoint is not None else None
@@ -193,6 +198,8 @@ def _fit(model: Model, engine: Engine, warm_start: WarmStart | None, checkpoint:
         t1 = time.perf_counter()
         stats = engine.map_reduce(partial(_step, model, sweep), model.step_params(params), stateful=stateful,
                                   sweep=sweep)
+        if carried is not None:
+            stats = {**stats, **{key: stats[key] + value for key, value in carried.items()}}
         update = model.global_step(stats, params, sweep)
         params = update.params
         change = convergence.change(update)

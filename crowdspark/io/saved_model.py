@@ -10,7 +10,9 @@ readers skip it; the ``model/`` folder of results written by crowdspark 0.1 read
 * ``params.npz``: the model's :meth:`~crowdspark.models.base.Model.export_params` (everything a warm start
   reads and everything ``finish_block`` needs without per-item state; sizes depend on workers, classes and
   levels only), as a :mod:`crowdspark.io.datatree` archive, read with ``allow_pickle=False``;
-* ``init_stats.npz`` (optional): the summed statistics of the initialization pass, the same way.
+* ``init_stats.npz`` (optional): the summed statistics of the initialization pass, the same way;
+* ``carried.npz`` (optional, runs with ``incremental.mode = "on"``): the statistics the next incremental run
+  carries (:class:`crowdspark.engine.carry.Carried`, sized by workers and classes), the same way.
 
 ``--warm-start``, ``crowdspark.ml``'s ``CrowdAggregatorModel.load`` and checkpoints (which keep the fit's
 full driver state in the same data-only archive, :mod:`crowdspark.engine.checkpoint`) read it.  Folders in
@@ -51,6 +53,7 @@ LEGACY_MODEL_FOLDER = "model"
 MODEL_FILE = "model.json"
 PARAMS_FILE = "params.npz"
 INIT_STATS_FILE = "init_stats.npz"
+CARRIED_FILE = "carried.npz"
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,9 @@ class SavedModel:
         The folder it was read from.
     init_stats : dict, optional
         The summed initialization statistics, when saved.
+    carried : dict, optional
+        What an incremental run carries to the next (:meth:`crowdspark.engine.carry.Carried.to_tree`), when
+        saved.
     """
 
     algorithm: str
@@ -79,6 +85,7 @@ class SavedModel:
     params: dict[str, Any]
     source: str = ""
     init_stats: dict[str, Any] | None = field(default=None, repr=False)
+    carried: dict[str, Any] | None = field(default=None, repr=False)
 
 
 def model_files(saved: SavedModel) -> dict[str, bytes]:
@@ -97,6 +104,8 @@ def model_files(saved: SavedModel) -> dict[str, bytes]:
     }
     if saved.init_stats is not None:
         out[INIT_STATS_FILE] = tree_to_bytes(dict(saved.init_stats))
+    if saved.carried is not None:
+        out[CARRIED_FILE] = tree_to_bytes(dict(saved.carried))
     return out
 
 
@@ -160,6 +169,9 @@ def load_saved_model(path: str, spark: Any = None, what: str = "--warm-start") -
         init_stats = None
         if files.exists(_join(folder, INIT_STATS_FILE)):
             init_stats = _arrays(files.read_bytes(_join(folder, INIT_STATS_FILE)))
+        carried = None
+        if files.exists(_join(folder, CARRIED_FILE)):
+            carried = tree_from_bytes(files.read_bytes(_join(folder, CARRIED_FILE)))
         return SavedModel(
             algorithm=str(document["algorithm"]),
             parameters=dict(document["parameters"]),
@@ -168,6 +180,7 @@ def load_saved_model(path: str, spark: Any = None, what: str = "--warm-start") -
             params=params,
             source=path,
             init_stats=init_stats,
+            carried=carried,
         )
     except InputError:
         raise

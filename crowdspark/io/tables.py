@@ -156,11 +156,22 @@ def write_spark_table(frame, directory: str, fmt: str) -> None:
 
 
 def write_table(table, directory: str, fmt: str, spark: Any = None, extras: dict[str, str] | None = None) -> None:
-    """Write a pandas or Spark table to ``directory``.
+    """Write a pandas, pyarrow or Spark table to ``directory``.
 
     A pandas table goes to a local directory with pandas (one file), to any other filesystem through
-    ``spark`` (one partition; ``extras`` gives an item table's schema); a Spark table is written by Spark.
+    ``spark`` (one partition; ``extras`` gives an item table's schema); a pyarrow table (Parquet only) to a
+    local directory with pyarrow (one file); a Spark table is written by Spark.
     """
+    import pyarrow as pa
+
+    if isinstance(table, pa.Table) and fmt == "parquet" and is_local(directory):
+        import pyarrow.parquet as pq
+
+        os.makedirs(directory, exist_ok=True)
+        pq.write_table(table, os.path.join(directory, "part-00000.parquet"))
+        return
+    if isinstance(table, pa.Table):
+        table = table.to_pandas()
     if not isinstance(table, pd.DataFrame):
         write_spark_table(table, directory, fmt)
     elif is_local(directory):

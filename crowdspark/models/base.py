@@ -24,7 +24,8 @@ runs the model's :class:`Schedule`: it decides when the fit has converged, and w
 are kept.
 
 Optional capabilities are declared, not discovered: :class:`LevelModel` (a model with H difficulty levels
-whose H can be chosen from the data by :mod:`crowdspark.engine.select`).
+whose H can be chosen from the data by :mod:`crowdspark.engine.select`); ``carried_stats`` (an EM model whose
+statistics an incremental run carries from night to night, :mod:`crowdspark.engine.carry`).
 """
 
 from __future__ import annotations
@@ -147,6 +148,10 @@ class Model:
     worker_params: tuple[str, ...] = ()
     #: keys of the exported parameters copied as they are by a warm start (class/level proportions)
     shared_params: tuple[str, ...] = ()
+    #: keys of the :meth:`local_step` statistics that are sums over items of what :meth:`item_responsibilities`
+    #: gives (:meth:`carried_from_sums`): an incremental run carries them from night to night; empty: the
+    #: model cannot run incrementally
+    carried_stats: tuple[str, ...] = ()
     #: named parameter sets (``--set <algorithm>.preset=<name>``)
     presets: dict[str, Preset] = {}
     #: whether the fit itself draws per-item random numbers (keyed by the item's id, :mod:`crowdspark.rng`),
@@ -266,6 +271,36 @@ class Model:
     def summary(self, params: Any) -> dict[str, Any]:
         """Model-specific, JSON-serializable values for ``summary.json`` (global parameters etc.)."""
         return {}
+
+    def item_responsibilities(self, block: Block, params: Any) -> np.ndarray:
+        """Each item's weights over the model's latent configurations at ``params`` (models with
+        :attr:`carried_stats`): what the item adds to the carried statistics.
+
+        Returns
+        -------
+        ndarray of float64, shape (n, R)
+            E.g. the posterior over the true class (R = C), or over (level, class) pairs (R = H C, level-major).
+        """
+        raise NotImplementedError
+
+    def carried_from_sums(self, label_sums: np.ndarray, item_sums: np.ndarray) -> Stats:
+        """The :attr:`carried_stats` of items whose :meth:`item_responsibilities` sum to these.
+
+        Parameters
+        ----------
+        label_sums : ndarray, shape (K, R, C)
+            ``label_sums[k, r, c]``: the sum, over the labels of class c that worker k gave, of the labelled
+            item's responsibility r.
+        item_sums : ndarray, shape (R,)
+            The sum of the items' responsibilities.
+
+        Returns
+        -------
+        dict
+            The same values :meth:`local_step` returns under :attr:`carried_stats` for those items (tested for
+            every registered model that declares them).
+        """
+        raise NotImplementedError
 
 
 def no_worker_start(name: str) -> Exception:

@@ -119,6 +119,7 @@ class DawidSkene(Model):
     )
     worker_params: ClassVar[tuple[str, ...]] = ("log_pi",)
     shared_params: ClassVar[tuple[str, ...]] = ("log_alpha",)
+    carried_stats: ClassVar[tuple[str, ...]] = ("confusion", "classes")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -174,6 +175,13 @@ class DawidSkene(Model):
     def worker_start(self, confusion: np.ndarray, accuracy: np.ndarray) -> dict[str, np.ndarray]:
         """``log_pi`` from the table's confusion matrices (a zero cell floored at 1e-300)."""
         return {"log_pi": np.log(np.maximum(confusion, 1e-300))}
+
+    def item_responsibilities(self, block: Block, params: Any) -> np.ndarray:
+        """The posterior over each item's true class, shape (n, C)."""
+        return ds_e_step(block, params["log_pi"], params["log_alpha"])[0]
+
+    def carried_from_sums(self, label_sums: np.ndarray, item_sums: np.ndarray) -> Stats:
+        return {"confusion": label_sums, "classes": item_sums}
 
     def summary(self, params: Any) -> dict[str, Any]:
         return {"class_proportions": np.exp(params["log_alpha"]).tolist()}

@@ -507,6 +507,7 @@ class DifficultyDawidSkene(LevelModel):
     item_extras: ClassVar[dict[str, str]] = {"level": "int", "level_posterior": "array<double>"}
     worker_params: ClassVar[tuple[str, ...]] = ("log_B",)
     shared_params: ClassVar[tuple[str, ...]] = ("log_alpha", "log_beta", "w", "d")
+    carried_stats: ClassVar[tuple[str, ...]] = ("counts", "classes", "levels")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -687,6 +688,17 @@ class DifficultyDawidSkene(LevelModel):
     def worker_start(self, confusion: np.ndarray, accuracy: np.ndarray) -> dict[str, np.ndarray]:
         """``log_B`` from the table's confusion matrices (a zero cell floored at 1e-300)."""
         return {"log_B": np.log(np.maximum(confusion, 1e-300))}
+
+    def item_responsibilities(self, block: Block, params: Any) -> np.ndarray:
+        """The posterior over each item's (level, class) pairs, shape (n, H C), level-major."""
+        resp, _ = dds_e_step(block, params)
+        return resp.reshape(resp.shape[0], -1)
+
+    def carried_from_sums(self, label_sums: np.ndarray, item_sums: np.ndarray) -> Stats:
+        h, c = self.n_levels, self.n_classes
+        by_level = item_sums.reshape(h, c)
+        return {"counts": label_sums.reshape(label_sums.shape[0], h, c, c), "classes": by_level.sum(axis=0),
+                "levels": by_level.sum(axis=1)}
 
     def evidence_block(self, block: Block, params: Any) -> Stats:
         """``log_evidence`` = ``sum_i log p(L_i | B, w, d, alpha, beta)``; ``entropy`` = ``-sum_i sum_h r_ih

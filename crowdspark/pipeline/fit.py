@@ -52,12 +52,16 @@ class RunOptions:
     inject_task_failure : int
         Test hook: on the Spark engine, the first attempt of partition 0 fails at this sweep (0 = off), to
         show that a retried task does not change the result.
+    carried : dict, optional
+        Statistics of items the blocks do not hold, added to every sweep's (an incremental run,
+        :mod:`crowdspark.engine.carry`).
     """
 
     warm_start: SavedModel | None = None
     inputs: dict[str, Any] = field(default_factory=dict)
     inject_task_failure: int = 0
     initial_workers: WorkerTable | None = None
+    carried: Stats | None = None
 
 
 def _evaluate_block(model: Model, block: Block, state: State, params: Any) -> tuple[State, Stats]:
@@ -200,6 +204,7 @@ def fit_configured(
     engine: Engine,
     warm_start: WarmStart | None = None,
     checkpoint: Checkpointer | None = None,
+    carried: Stats | None = None,
 ) -> tuple[Model, FitResult, dict | None]:
     """Build the configured model and fit it, first choosing H when the configuration asks for it.
 
@@ -228,7 +233,7 @@ def fit_configured(
     model = build_model(name, params, n_workers, n_classes, config.seed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = fit(model, engine, warm_start=warm_start, checkpoint=checkpoint)
+        result = fit(model, engine, warm_start=warm_start, checkpoint=checkpoint, carried=carried)
     result.warnings = [str(w.message) for w in caught]
     for w in caught:  # hand them on to the caller's filters (the CLI shows them)
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -305,10 +310,10 @@ def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | No
         warm, warm_report = _warm_start(options, config, enc)
         try:
             model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, prepared.engine, warm,
-                                                      checkpoint)
+                                                      checkpoint, options.carried)
         except IncompatibleModelError as exc:
-            if config.nightly.on_incompatible == "fail":
-                raise
+            if config.nightly.on_incompatible == "fail" or options.carried is not None:
+                raise  # an incremental fit without its warm start would lose the carried items
             warm_report = _cold(warm_report, exc)
             model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, prepared.engine, None,
                                                       checkpoint)

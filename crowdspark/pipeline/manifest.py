@@ -144,7 +144,7 @@ def _newest_day(inputs: dict[str, Any]) -> str | None:
     return max(days) if days else None
 
 
-def check_new_data(manifest: dict[str, Any], policy: str, prepared: Prepared) -> None:
+def check_new_data(manifest: dict[str, Any], policy: str, prepared: Prepared | None) -> None:
     """Warn (``policy = "warn"``) or stop (``"fail"``) when the run read nothing newer than its previous run.
 
     New data means a day with labels newer than the previous run's newest (with a window), else input files
@@ -153,7 +153,7 @@ def check_new_data(manifest: dict[str, Any], policy: str, prepared: Prepared) ->
     Raises
     ------
     InputError
-        With ``policy = "fail"`` and no new data (the engine is closed).
+        With ``policy = "fail"`` and no new data (the engine of ``prepared``, when given, is closed).
     """
     previous = manifest.get("previous_run")
     if previous is None:
@@ -170,7 +170,8 @@ def check_new_data(manifest: dict[str, Any], policy: str, prepared: Prepared) ->
     message = (f"no new data since run {previous.get('run_id')!r} (as of {previous.get('as_of')}): {detail}; the "
                "labels are fitted again")
     if policy == "fail":
-        prepared.engine.close()
+        if prepared is not None:
+            prepared.engine.close()
         raise InputError(message.replace("; the labels are fitted again", "") +
                          " (nightly.on_no_new_data = \"fail\"); check that the day's labels arrived")
     log.warning("%s", message)

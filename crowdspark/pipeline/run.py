@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from crowdspark.config import RunConfig
-from crowdspark.errors import InputError
+from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.files import files_for
 from crowdspark.io.lock import OutputLock
 from crowdspark.io.paths import check_local_folder_writable, is_local, strip_file_scheme
@@ -37,6 +37,7 @@ from crowdspark.pipeline.fit import (
     check_table_start,
     fit_prepared,
 )
+from crowdspark.pipeline.incremental import NightPlan, check_incremental_config, plan_night, run_night
 from crowdspark.pipeline.manifest import (
     check_checkpoint_dir,
     check_new_data,
@@ -148,13 +149,16 @@ class _Plan:
     warm_cold_reason: str | None
     saved: SavedModel | None
     previous_path: str | None
+    night: NightPlan | None = None
     table: WorkerTable | None = None
 
 
 def _plan(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
-          warm_start: str | None, run_id: str | None, as_of: _dt.date | None,
+          warm_start: str | None, run_id: str | None, as_of: _dt.date | None, full_refit: bool = False,
           initial_workers: str | None = None) -> _Plan:
-    """Every check that needs no label: the output, the checkpoint folder, the warm start or worker table."""
+    """Every check that needs no label: the output, the checkpoint folder, the warm start or worker table, the
+    kind of night."""
+    check_incremental_config(config)
     if output_dir is not None:
         inputs = {"labels": labels_path, "gold": gold_path, "engine.checkpoint_dir": config.engine.checkpoint_dir}
         check_output(output_dir, run_id=run_id, inputs=inputs, spark=spark)
@@ -180,18 +184,23 @@ def _plan(config: RunConfig, labels_path: str, output_dir: str | None, gold_path
     if previous is None and output_dir is not None and run_id is not None and files_for(output_dir, spark).exists(
             output_dir):
         previous = latest_run_before(output_dir, as_of, spark)
+    night = plan_night(config, previous, as_of, full_refit, spark)
+    if initial_workers and night is not None and not night.full:
+        raise ConfigError(f"--initial-workers starts a fit's workers, and this night continues the previous run "
+                          f"{night.previous!r} incrementally; give it with --full-refit, or drop it")
     table = read_worker_table(initial_workers, spark) if initial_workers else None
-    return _Plan(destination, as_of, warm_path, cold_reason, saved, previous, table)
+    return _Plan(destination, as_of, warm_path, cold_reason, saved, previous, night, table)
 
 
 def preflight(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None,
-              warm_start: str | None, run_id: str | None, as_of: _dt.date | None,
+              warm_start: str | None, run_id: str | None, as_of: _dt.date | None, full_refit: bool = False,
               initial_workers: str | None = None) -> None:
     """The checks of :func:`aggregate` that need no label, run before a SparkSession starts when every path
     they look at is local (the command line calls it; :func:`aggregate` checks again)."""
     paths = [output_dir, warm_start, initial_workers, config.engine.checkpoint_dir]
     if all(is_local(path) for path in paths if path):
-        plan = _plan(config, labels_path, output_dir, gold_path, None, warm_start, run_id, as_of, initial_workers)
+        plan = _plan(config, labels_path, output_dir, gold_path, None, warm_start, run_id, as_of, full_refit,
+                     initial_workers)
         if plan.destination is not None:
             _lock(plan.destination, config, None).check_free()
 
@@ -207,6 +216,7 @@ def aggregate(
     run_id: str | None = None,
     as_of: _dt.date | None = None,
     options: RunOptions | None = None,
+    full_refit: bool = False,
     initial_workers: str | None = None,
 ) -> RunResult:
     """Run the configured algorithm and write the results.
@@ -242,12 +252,16 @@ def aggregate(
         date, else today (UTC).
     options : RunOptions, optional
         Its test hooks apply (the warm start and the inputs come from the arguments).
+    full_refit : bool
+        With ``incremental.mode = "on"``: fit every day up to the as-of date instead of continuing the previous
+        run incrementally (:mod:`crowdspark.pipeline.incremental`).
     initial_workers : str, optional
         A worker table (a previous run's output or its ``workers/``, or a table of ``worker`` and
         ``confusion`` or ``accuracy``, :mod:`crowdspark.io.worker_table`) whose workers start from its
         matrices; not with ``warm_start``.
     """
-    plan = _plan(config, labels_path, output_dir, gold_path, spark, warm_start, run_id, as_of, initial_workers)
+    plan = _plan(config, labels_path, output_dir, gold_path, spark, warm_start, run_id, as_of, full_refit,
+                 initial_workers)
     lock = _lock(plan.destination, config, spark) if plan.destination else None
     with lock or _no_lock():
         recovered = recover(plan.destination, spark) if plan.destination else None
@@ -287,9 +301,9 @@ def _no_lock():
     yield
 
 
-def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
-         run_id: str | None, plan: _Plan, options: RunOptions | None, recovered: str | None) -> RunResult:
-    timer = Timer()
+def _fit_window(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
+                run_id: str | None, plan: _Plan, options: RunOptions | None, timer: Timer) -> Fitted:
+    """Read the run's window, fit it, and record what was read."""
     source = choose_source(config, labels_path, gold_path, output_dir, plan.warm_path or _table_path(plan), spark)
     # the run id is part of the inputs: a checkpoint left by another night's run is never resumed
     window = Window.of(config, plan.as_of)
@@ -304,6 +318,23 @@ def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path:
     fitted.summary["warnings"] = manifest.pop("warnings") + fitted.summary["warnings"]
     if source.small_input is not None:
         fitted.summary["small_input"] = source.small_input
+    return fitted
+
+
+def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
+         run_id: str | None, plan: _Plan, options: RunOptions | None, recovered: str | None) -> RunResult:
+    timer = Timer()
+    extra = None
+    if plan.night is None:
+        fitted = _fit_window(config, labels_path, output_dir, gold_path, spark, run_id, plan, options, timer)
+    else:  # incremental.mode = "on": crowdspark.pipeline.incremental reads, fits and builds the tables
+        # the paths only: the days read are the manifest's (listing every file of the lake grows with it)
+        paths = {"labels": {"path": labels_path}, "gold": {"path": gold_path}}
+        night_options = replace(options or RunOptions(), warm_start=plan.saved, initial_workers=plan.table,
+                                inputs={**paths, "run_id": run_id})
+        fitted = run_night(config, labels_path, gold_path, spark, run_id, plan.as_of, plan.night,
+                           warm_path=plan.warm_path, options=night_options, timer=timer)
+        extra = fitted.write_state
     if plan.warm_cold_reason is not None:
         fitted.summary["warm_start"] = {"source": None, "used": False, "reason": plan.warm_cold_reason}
     if recovered is not None:
@@ -311,7 +342,9 @@ def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path:
     try:
         items, workers = fitted.items(), fitted.workers()
         if plan.destination is not None:
-            write_result(fitted, items, workers, plan.destination, config, spark)
+            write_result(fitted, items, workers, plan.destination, config, spark, extra)
+        if not _is_spark_frame(items) and not isinstance(items, pd.DataFrame):
+            items = items.to_pandas()  # a pyarrow table (an incremental night's local result)
         local = isinstance(items, pd.DataFrame)
         result = RunResult(summary=fitted.summary, items=items if local else None, workers=workers if local else None,
                            model=fitted.model, params=fitted.params, encoding=fitted.encoding)

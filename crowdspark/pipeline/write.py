@@ -4,6 +4,7 @@ and committed atomically (:class:`crowdspark.io.sink.StagedOutput`), whichever e
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -18,14 +19,15 @@ __all__ = ["write_result"]
 
 
 def write_result(fitted: Fitted, items: Any, workers: pd.DataFrame, destination: str, config: RunConfig,
-                 spark: Any = None) -> None:
+                 spark: Any = None, extra: Callable[[StagedOutput], None] | None = None) -> None:
     """Write the run (its ``items`` and ``workers`` tables, :meth:`Fitted.items` and :meth:`Fitted.workers`) to
     ``destination`` and add the ``write`` phase to ``fitted.summary["timings"]``.
 
     The item table is written by the engine that holds it (pandas from the local engine, Spark from the
     Spark engine); the worker table (size K) from the driver, with pandas when the output is local (a Spark
     DataFrame of it would ship the whole table inside one task; docs/decisions.md, "The worker table"), else
-    with Spark.
+    with Spark.  ``extra`` writes more entries into the staged result before ``summary.json`` (an incremental
+    night's item state).
     """
     start = time.perf_counter()
     fmt = config.output.format
@@ -34,6 +36,8 @@ def write_result(fitted: Fitted, items: Any, workers: pd.DataFrame, destination:
         write_table(workers, out.path("workers"), fmt, spark)
         for name, data in model_files(fitted.saved_model(config.algorithm)).items():
             out.write_bytes(f"{MODEL_FOLDER}/{name}", data)
+        if extra is not None:
+            extra(out)
         fitted.summary["timings"]["write"] = round(time.perf_counter() - start, 4)
         out.write_json("summary.json", fitted.summary)
         out.commit()

@@ -1,0 +1,612 @@
+"""Incremental nights (``incremental.mode = "on"``): a run reads the days after its previous run and the earlier
+labels of the items those days touch, and carries every other item's contribution to the model's statistics
+from the previous run (incremental EM in the sense of Neal & Hinton 1998; :mod:`crowdspark.engine.carry`).
+
+A night is one of three kinds, decided before any label is read (:func:`plan_night`):
+
+* a **full refit** (the first night, ``--full-refit``, or past ``incremental.full_refit_days``): every day up to
+  the as-of date, as a run without incremental mode fits them, plus what the next night continues from;
+* an **incremental night**: the new days' labels and the refitted items' earlier labels are fitted with the
+  carried statistics added to every sweep, starting from the previous run's parameters;
+* a night whose new days hold no label **carries the previous result forward**.
+
+Each writes a complete result (``items/`` holds every item, refitted or carried), its saved model with the
+carried summary (``_model/carried.npz``) and the item state (``_incremental/items/``,
+:mod:`crowdspark.pipeline.item_state`).  An incompatible previous run (another algorithm, parameters, class set
+or input configuration) is refused with the way to run a full refit, or refitted in full with
+``nightly.on_incompatible = "cold"``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from crowdspark.config import RunConfig
+from crowdspark.engine.carry import Carried, carried_stats, carry_block, responsibilities_fn
+from crowdspark.errors import ConfigError, IncompatibleModelError, InputError
+from crowdspark.io.paths import is_local
+from crowdspark.io.rules import MAX_CLASSES, Encoding
+from crowdspark.io.saved_model import SavedModel, load_saved_model, worker_index_map
+from crowdspark.io.sink import StagedOutput
+from crowdspark.models.base import Model
+from crowdspark.models.registry import ALGORITHMS, build_model, model_class, model_parameters
+from crowdspark.pipeline.days import DayReader
+from crowdspark.pipeline.fit import Fitted, RunOptions, fit_prepared
+from crowdspark.pipeline.item_state import (
+    STATE_FOLDER,
+    merged,
+    previous_sums,
+    read_table,
+    resp_batch,
+    revisited,
+    revisit_summary,
+    state_path,
+    state_table,
+    write_state,
+)
+from crowdspark.pipeline.manifest import check_new_data, run_manifest
+from crowdspark.pipeline.prepare import Prepared, prepare_frames, prepare_spark
+from crowdspark.pipeline.summary import Timer
+from crowdspark.pipeline.window import Window
+from crowdspark.stats import Stats
+
+__all__ = ["NightPlan", "Night", "check_incremental_config", "plan_night", "run_night", "FULL_REFIT"]
+
+log = logging.getLogger(__name__)
+
+#: how a refused night is told to refit everything
+FULL_REFIT = ("run a full refit: add --full-refit to this night's command (or set nightly.on_incompatible = "
+              "\"cold\" to refit such nights in full automatically)")
+
+
+def incremental_algorithms() -> list[str]:
+    """The registered algorithms that can run incrementally (their models declare ``carried_stats``)."""
+    return [name for name, cls in ALGORITHMS.items() if cls.carried_stats]
+
+
+def check_incremental_config(config: RunConfig) -> None:
+    """Refuse, before anything is read, a configuration incremental nights cannot run with.
+
+    Raises
+    ------
+    ConfigError
+    """
+    if config.incremental.mode != "on":
+        return
+    name = config.algorithm
+    if not model_class(name).carried_stats:
+        raise ConfigError(
+            f"{name} cannot run incrementally (incremental.mode = \"on\"): its fit is not a sum of per-item "
+            f"statistics that a night can carry (samplers, collapsed VI and one-pass votes keep per-item state or "
+            f"have none); use one of {incremental_algorithms()}, or set incremental.mode = \"off\""
+        )
+    if not config.input.date_column:
+        raise ConfigError("incremental.mode = \"on\" needs input.date_column: the column of days (e.g. the lake's "
+                          "partition column date) that tells a night's new labels from the earlier ones")
+    if config.input.window_days:
+        raise ConfigError(
+            f"incremental.mode = \"on\" carries every day since the last full refit, but input.window_days = "
+            f"{config.input.window_days} would drop the oldest days from a full refit only: set "
+            "input.window_days = 0, and use incremental.decay to weigh old days less"
+        )
+    if config.output.format != "parquet":
+        raise ConfigError("incremental.mode = \"on\" carries the previous run's items/ table forward as Parquet: set "
+                          "output.format = \"parquet\"")
+    section = config.algorithm_params()
+    chosen = [key for key in ("select_levels", "level_criterion") if key in section]
+    if chosen:
+        raise ConfigError(
+            f"{', '.join(f'{name}.{key}' for key in chosen)} chooses H from all the labels, which an incremental "
+            f"night does not read; set {name}.n_levels, or remove them (a full refit of {name} then chooses H by "
+            "default and incremental nights keep it)"
+        )
+
+
+def fingerprint(config: RunConfig) -> dict[str, Any]:
+    """The configuration a carried summary depends on: the algorithm, how labels are read, the output format."""
+    keys = ("item", "worker", "label", "format", "classes", "filter", "date_column")
+    return {"algorithm": config.algorithm, "input": {k: list(v) if isinstance(v, tuple) else v
+                                                     for k, v in config.to_dict()["input"].items() if k in keys}}
+
+
+@dataclass(frozen=True)
+class NightPlan:
+    """What kind of night a run is, decided before any label is read.
+
+    Attributes
+    ----------
+    full : bool
+        A full refit (else incremental from ``previous``).
+    reason : str
+        Why (for the log and the summary).
+    previous : str, optional
+        The run it continues from.
+    saved : SavedModel, optional
+        That run's saved model.
+    carried : Carried, optional
+        That run's carried summary.
+    """
+
+    full: bool
+    reason: str
+    previous: str | None = None
+    saved: SavedModel | None = None
+    carried: Carried | None = None
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=lambda v: v.item() if isinstance(v, np.generic) else list(v)))
+
+
+def _parameter_changes(saved: SavedModel, config: RunConfig) -> list[str]:
+    """The hyperparameters (and seed) of this run that differ from the saved model's."""
+    params = config.algorithm_params()
+    if "n_levels" in saved.parameters and "n_levels" in {f for f in model_class(config.algorithm).__dataclass_fields__}:
+        params.setdefault("n_levels", saved.parameters["n_levels"])
+    built = build_model(config.algorithm, params, 1, max(2, len(saved.classes)), config.seed)
+    now, before = _plain(model_parameters(built)), _plain(saved.parameters)
+    return [f"{config.algorithm}.{key}: {before.get(key)!r} -> {now.get(key)!r}"
+            for key in sorted(set(now) | set(before)) if now.get(key) != before.get(key)]
+
+
+def _incompatibility(saved: SavedModel, carried: Carried, config: RunConfig, as_of: _dt.date) -> str | None:
+    """Why a night cannot continue from this previous run, or ``None``."""
+    if saved.algorithm != config.algorithm:
+        return f"it was fitted with {saved.algorithm!r}, this run uses {config.algorithm!r}"
+    if carried.fingerprint != fingerprint(config):
+        before, now = carried.fingerprint.get("input", {}), fingerprint(config)["input"]
+        changed = [f"input.{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in sorted(now) if before.get(k) != now.get(k)]
+        return f"the input configuration changed ({'; '.join(changed) or 'algorithm'})"
+    changes = _parameter_changes(saved, config)
+    if changes:
+        return f"the model's parameters changed ({'; '.join(changes)})"
+    if config.input.classes and tuple(config.input.classes) != tuple(saved.classes):
+        return f"input.classes changed ({list(saved.classes)} -> {list(config.input.classes)})"
+    if carried.as_of >= as_of.isoformat():
+        return f"it is as of {carried.as_of}, not older than this run's {as_of}"
+    return None
+
+
+def _load_previous(previous: str, spark: Any) -> tuple[SavedModel, Carried | None]:
+    saved = load_saved_model(previous, spark, what="the previous run")
+    if saved.carried is None:
+        return saved, None
+    try:
+        return saved, Carried.from_tree(saved.carried)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"the previous run {previous!r} has an unreadable carried summary ({exc}); {FULL_REFIT}") from exc
+
+
+def plan_night(config: RunConfig, previous: str | None, as_of: _dt.date, full_refit: bool = False,
+               spark: Any = None) -> NightPlan | None:
+    """The kind of night of a run as of ``as_of`` continuing ``previous`` (``None`` without incremental mode).
+
+    Raises
+    ------
+    ConfigError
+        ``full_refit`` without incremental mode, or a configuration incremental nights cannot run with.
+    IncompatibleModelError
+        The previous run cannot be continued and ``nightly.on_incompatible = "fail"``.
+    """
+    if config.incremental.mode != "on":
+        if full_refit:
+            raise ConfigError("--full-refit applies to incremental nights: set incremental.mode = \"on\" (every run "
+                              "is a full fit without it)")
+        return None
+    check_incremental_config(config)
+    if full_refit:
+        return NightPlan(True, "--full-refit", previous)
+    if previous is None:
+        return NightPlan(True, "no previous run to continue: the first night is a full refit")
+    saved, carried = _load_previous(previous, spark)
+    why = ("it has no carried summary (it ran without incremental.mode = \"on\", or with an older crowdspark)"
+           if carried is None else _incompatibility(saved, carried, config, as_of))
+    if why is not None:
+        return _refused(config, f"cannot continue incrementally from the previous run {previous!r}: {why}", previous)
+    period = config.incremental.full_refit_days
+    since = (as_of - _dt.date.fromisoformat(carried.full_refit_as_of)).days
+    if period and since >= period:
+        return NightPlan(True, f"the last full refit (as of {carried.full_refit_as_of}) is {since} days old "
+                               f"(incremental.full_refit_days = {period})", previous)
+    return NightPlan(False, f"continues {previous} (as of {carried.as_of})", previous, saved, carried)
+
+
+def _refused(config: RunConfig, message: str, previous: str | None) -> NightPlan:
+    if config.nightly.on_incompatible == "fail":
+        raise IncompatibleModelError(f"{message}; {FULL_REFIT}")
+    log.warning("%s; refitting in full (nightly.on_incompatible = \"cold\")", message)
+    return NightPlan(True, f"{message}; refitted in full (nightly.on_incompatible = \"cold\")", previous)
+
+
+class _Refit(Exception):
+    """The new labels show that the night cannot be incremental (a new class)."""
+
+
+# ---- the night's result ------------------------------------------------------------------------------------
+@dataclass
+class Night(Fitted):
+    """A night of ``incremental.mode = "on"``: a :class:`Fitted` whose tables cover the whole result, with what
+    the next night continues from.
+
+    Attributes
+    ----------
+    item_table, worker_table : table
+        Every item of the result (refitted or carried) and every worker.
+    state : table
+        The item state (:mod:`crowdspark.pipeline.item_state`).
+    carried : Carried
+        The carried summary of this run.
+    saved : SavedModel, optional
+        The model when no fit ran (the previous run's, carried forward).
+    """
+
+    item_table: Any = None
+    worker_table: pd.DataFrame | None = None
+    state: Any = None
+    carried: Carried | None = None
+    saved: SavedModel | None = None
+    spark: Any = field(default=None, repr=False)
+
+    @property
+    def encoding(self) -> Encoding:
+        if self.prepared is None:
+            return Encoding(self.saved.workers, self.saved.classes)
+        return self.prepared.encoding
+
+    @property
+    def params(self) -> Any:
+        return self.saved.params if self.result is None else self.result.params
+
+    def items(self):
+        return self.item_table
+
+    def workers(self) -> pd.DataFrame:
+        return self.worker_table
+
+    def saved_model(self, algorithm: str) -> SavedModel:
+        saved = self.saved if self.result is None else super().saved_model(algorithm)
+        return replace(saved, carried=self.carried.to_tree(), source="")
+
+    def write_state(self, out: StagedOutput) -> None:
+        """Write the item state into the staged result."""
+        write_state(self.state, out.path(f"{STATE_FOLDER}/items"), self.spark)
+
+    def close(self) -> None:
+        if self.prepared is not None:
+            super().close()
+
+
+# ---- reading ---------------------------------------------------------------------------------------------------
+@dataclass
+class _Context:
+    config: RunConfig
+    labels_path: str
+    gold_path: str | None
+    spark: Any
+    run_id: str | None
+    as_of: _dt.date
+    warm_path: str | None
+    previous: str | None
+    options: RunOptions
+    timer: Timer
+    reader: DayReader
+
+
+def _small_frame(table: Any) -> pd.DataFrame:
+    """A table of workers (size K, a driver table) as a pandas frame."""
+    if isinstance(table, pd.DataFrame):
+        return table
+    return table.to_pandas() if hasattr(table, "to_pandas") else table.toPandas()
+
+
+def _union(a: Any, b: Any) -> Any:
+    if isinstance(a, pd.DataFrame):
+        return pd.concat([a, b], ignore_index=True)
+    return a.unionByName(b)
+
+
+def _touched(new: Any) -> Any:
+    if isinstance(new, pd.DataFrame):
+        return pd.DataFrame({"item": pd.unique(new["item"])})
+    return new.select("item").distinct()
+
+
+def _of_items(labels: Any, items: Any) -> Any:
+    if isinstance(labels, pd.DataFrame):
+        return labels.loc[labels["item"].isin(set(items["item"])).to_numpy()].reset_index(drop=True)
+    return labels.join(items.select("item"), "item", "left_semi")
+
+
+def _distinct_labels(new: Any) -> list[str]:
+    if isinstance(new, pd.DataFrame):
+        return sorted(set(new["label"].dropna()))
+    return sorted(r[0] for r in new.select("label").distinct().limit(MAX_CLASSES + 1).collect() if r[0] is not None)
+
+
+def _small(ctx: _Context, days: list[str]) -> dict[str, Any] | None:
+    """``small_input`` when Spark read the labels but the days' files are small enough to fit on the driver."""
+    threshold = ctx.config.engine.small_input_bytes
+    if not ctx.reader.distributed or not threshold:
+        return None
+    size = ctx.reader.bytes_of(days)
+    if size is None or size >= threshold:
+        return None
+    return {"input_bytes": size, "threshold": threshold, "reader": "spark"}
+
+
+def _prepare(ctx: _Context, labels: Any, classes: tuple[str, ...], days: list[str]) -> tuple[Prepared, dict | None]:
+    """Validate the labels (canonical ``item``, ``worker``, ``label``) and hold their blocks in an engine."""
+    from crowdspark.io.pandas_reader import read_frame
+
+    config = replace(ctx.config, input=replace(ctx.config.input, item="item", worker="worker", label="label",
+                                                 classes=classes, filter="", date_column="", window_days=0))
+    gold_source = ctx.gold_path or "<none>"
+    small = _small(ctx, days)
+    if ctx.reader.distributed and small is None:
+        from crowdspark.io.spark_reader import read_spark_frame
+
+        gold = read_spark_frame(ctx.spark, ctx.gold_path, config.gold.format, "gold") if ctx.gold_path else None
+        return prepare_spark(ctx.spark, config, labels, gold, ctx.labels_path, ctx.gold_path, ctx.timer,
+                             None, ctx.options.inject_task_failure), None
+    if ctx.reader.distributed:
+        from crowdspark.io.spark_reader import read_spark_frame, to_pandas_strings
+
+        labels = to_pandas_strings(labels, ["item", "worker", "label"], "labels", ctx.labels_path)
+        gold = None
+        if ctx.gold_path:
+            frame = read_spark_frame(ctx.spark, ctx.gold_path, config.gold.format, "gold")
+            gold = to_pandas_strings(frame, [config.gold.item, config.gold.truth], "gold", ctx.gold_path)
+    else:
+        gold = read_frame(ctx.gold_path, config.gold.format, "gold") if ctx.gold_path else None
+    return prepare_frames(config, labels[["item", "worker", "label"]], gold, ctx.labels_path, gold_source,
+                          ctx.timer), small
+
+
+def _manifest(ctx: _Context, labels_read: int, counts: dict[str, int], window: Window) -> dict[str, Any]:
+    inputs = {"labels": ctx.labels_path, "gold": ctx.gold_path, "label_rows": labels_read, "days": counts}
+    manifest = run_manifest(inputs, ctx.options.inputs, ctx.run_id, ctx.as_of, window, ctx.warm_path, ctx.previous,
+                            ctx.spark)
+    check_new_data(manifest, ctx.config.nightly.on_no_new_data, None)
+    return manifest
+
+
+# ---- the carry pass and the drift report ---------------------------------------------------------------
+def _carry_pass(fitted: Fitted) -> Stats:
+    """The fitted items' contributions at the final parameters (:data:`SUM_KEYS`)."""
+    return fitted.prepared.engine.map_reduce(partial(carry_block, fitted.model), fitted.params, stateful=False)
+
+
+def _resp_table(fitted: Fitted) -> Any:
+    return fitted.prepared.engine.items(partial(responsibilities_fn, fitted.model), fitted.params, resp_batch,
+                                        "item string, resp array<double>")
+
+
+def _carried(sums: Stats, as_of: _dt.date, full_as_of: str, config: RunConfig) -> Carried:
+    return Carried(sums["label_sums"], sums["item_sums"], sums["worker_labels"], int(sums["n_items"]),
+                   int(sums["n_labels"]), as_of.isoformat(), full_as_of, fingerprint(config))
+
+
+def _accuracy_moves(ctx: _Context, workers: pd.DataFrame, previous: str | None) -> list[dict[str, Any]]:
+    """The workers whose estimated accuracy moved most since the previous run (``incremental.drift_workers``)."""
+    top = ctx.config.incremental.drift_workers
+    if not top or previous is None:
+        return []
+    path = f"{previous.rstrip('/')}/workers"
+    try:
+        before = read_table(path, ctx.spark if ctx.reader.distributed else None, "the previous run's workers")
+    except InputError as exc:
+        log.warning("no accuracy moves: %s", exc)
+        return []
+    before = _small_frame(before)
+    both = workers[["worker", "accuracy"]].merge(before[["worker", "accuracy"]], on="worker", suffixes=("", "_before"))
+    both["change"] = both["accuracy"] - both["accuracy_before"]
+    order = both["change"].abs().sort_values(ascending=False, kind="stable").index[:top]
+    return [{"worker": str(r.worker), "before": float(r.accuracy_before), "now": float(r.accuracy),
+             "change": float(r.change)} for r in both.loc[order].itertuples()]
+
+
+def _report(night: Night, ctx: _Context, kind: str, reason: str, extra: dict[str, Any]) -> None:
+    """The summary's ``incremental`` section, and counts of the whole result."""
+    carried = night.carried
+    counts = night.summary["counts"]
+    counts.update(items=carried.n_items, labels=carried.n_labels, workers=int(night.worker_table.shape[0]))
+    night.summary["incremental"] = {
+        "kind": kind, "reason": reason, "previous_run": ctx.previous, "as_of": carried.as_of,
+        "full_refit_as_of": carried.full_refit_as_of, "decay": ctx.config.incremental.decay, **extra,
+        "accuracy_moves": _accuracy_moves(ctx, night.worker_table, ctx.previous),
+    }
+    log.info("%s night as of %s: %s", kind, ctx.as_of, reason)
+
+
+# ---- the three kinds of night ----------------------------------------------------------------------------------
+def _full_refit(ctx: _Context, reason: str) -> Night:
+    labels, counts = ctx.reader.range(None, ctx.as_of)
+    manifest = _manifest(ctx, sum(counts.values()), counts, Window(ctx.config.input.date_column, None, ctx.as_of))
+    prepared, small = _prepare(ctx, labels, tuple(ctx.config.input.classes), sorted(counts))
+    fitted = fit_prepared(ctx.config, prepared, ctx.options)
+    try:
+        sums = _carry_pass(fitted)
+        night = Night(fitted.model, fitted.result, prepared, fitted.summary, item_table=fitted.items(),
+                      worker_table=fitted.workers(), state=state_table(_resp_table(fitted), labels, ctx.as_of, ctx.spark),
+                      carried=_carried(sums, ctx.as_of, ctx.as_of.isoformat(), ctx.config), spark=ctx.spark)
+    except BaseException:
+        fitted.close()
+        raise
+    _finish(night, ctx, manifest, small)
+    _report(night, ctx, "full refit", reason, {"items_fitted": night.carried.n_items,
+                                               "labels_fitted": night.carried.n_labels})
+    return night
+
+
+def _finish(night: Night, ctx: _Context, manifest: dict[str, Any], small: dict | None) -> None:
+    night.summary["inputs"] = manifest
+    night.summary["warnings"] = manifest.pop("warnings") + night.summary["warnings"]
+    if small is not None:
+        night.summary["small_input"] = small
+
+
+def _base(plan: NightPlan, encoding: Encoding, earlier: Stats, decay: float, days: int) -> Carried:
+    """The previous run's carried summary in this run's worker order, decayed by ``days`` days, without the
+    previous contributions ``earlier`` of the refitted items."""
+    previous = plan.carried.for_workers(worker_index_map(encoding.workers, plan.saved.workers))
+    previous = previous.decayed(decay ** days)
+    if not earlier:
+        return previous
+    return replace(previous, label_sums=np.maximum(previous.label_sums - earlier["label_sums"], 0.0),
+                   item_sums=np.maximum(previous.item_sums - earlier["item_sums"], 0.0),
+                   worker_labels=np.maximum(previous.worker_labels - earlier["worker_labels"], 0.0),
+                   n_items=previous.n_items - int(earlier["n_items"]),
+                   n_labels=previous.n_labels - int(earlier["n_labels"]))
+
+
+def _with_previous_workers(prepared: Prepared, saved: SavedModel) -> None:
+    """Extend the run's workers with the previous run's workers that have no label tonight (kept in order)."""
+    seen = set(prepared.encoding.workers)
+    extra = tuple(w for w in saved.workers if w not in seen)
+    prepared.encoding = Encoding(prepared.encoding.workers + extra, prepared.encoding.classes)
+
+
+def _model_like(saved: SavedModel, n_workers: int) -> Model:
+    params = {k: v for k, v in saved.parameters.items() if k != "seed"}
+    return build_model(saved.algorithm, params, n_workers, len(saved.classes), int(saved.parameters["seed"]))
+
+
+def _incremental(ctx: _Context, plan: NightPlan) -> Night:
+    carried, saved, config = plan.carried, plan.saved, ctx.config
+    start = _dt.date.fromisoformat(carried.as_of) + _dt.timedelta(days=1)
+    new, counts = ctx.reader.range(start, ctx.as_of)
+    manifest = _manifest(ctx, sum(counts.values()), counts, Window(config.input.date_column, start, ctx.as_of))
+    if not sum(counts.values()):
+        return _carried_forward(ctx, plan, manifest)
+    outside = sorted(set(_distinct_labels(new)) - set(saved.classes))
+    if outside:
+        raise _Refit(f"the new days bring label(s) {outside[:10]} outside the previous run's classes "
+                     f"{list(saved.classes)}")
+    touched = _touched(new)
+    state = read_table(state_path(plan.previous), ctx.spark if ctx.reader.distributed else None,
+                       "the previous run's item state")
+    rows = revisited(state, touched)
+    n_revisited, n_earlier, days = revisit_summary(rows)
+    earlier = _of_items(ctx.reader.days(days), touched) if days else None
+    labels = new if earlier is None else _union(new, earlier)
+    prepared, small = _prepare(ctx, labels, saved.classes, sorted(set(counts) | set(days)))
+    try:
+        _with_previous_workers(prepared, saved)
+        enc = prepared.encoding
+        model = _model_like(saved, enc.n_workers)
+        width = int(carried.item_sums.shape[0])
+        removed = previous_sums(earlier, rows, enc, ctx.as_of, config.incremental.decay, width) if days else {}
+        found = (int(removed.get("n_items", 0)), int(removed.get("n_labels", 0)))
+        if found != (n_revisited, n_earlier):
+            raise InputError(
+                f"the earlier labels of the refitted items are not those the previous run fitted: {found[0]} items "
+                f"and {found[1]} labels on the days {days[:10]}, where it recorded {n_revisited} and {n_earlier}; "
+                f"labels of a day were added or removed after a run read it; {FULL_REFIT}"
+            )
+        elapsed = (ctx.as_of - _dt.date.fromisoformat(carried.as_of)).days
+        base = _base(plan, enc, removed, config.incremental.decay, elapsed)
+        options = replace(ctx.options, warm_start=saved,
+                          carried=carried_stats(model, base.label_sums, base.item_sums))
+    except BaseException:
+        prepared.engine.close()
+        raise
+    fitted = fit_prepared(config, prepared, options)
+    try:
+        if model_parameters(fitted.model) != model_parameters(model):
+            raise IncompatibleModelError(f"the fitted model differs from the previous run's; {FULL_REFIT}")
+        sums = _carry_pass(fitted)
+        new_carried = replace(base, label_sums=base.label_sums + sums["label_sums"],
+                              item_sums=base.item_sums + sums["item_sums"],
+                              worker_labels=base.worker_labels + sums["worker_labels"],
+                              n_items=base.n_items + int(sums["n_items"]), n_labels=base.n_labels + int(sums["n_labels"]),
+                              as_of=ctx.as_of.isoformat())
+        previous_items = read_table(f"{plan.previous.rstrip('/')}/items", ctx.spark if ctx.reader.distributed else None,
+                                    "the previous run's items")
+        workers = fitted.workers()
+        workers["n_labels"] = np.rint(new_carried.worker_labels).astype(np.int64)
+        night = Night(fitted.model, fitted.result, prepared, fitted.summary,
+                      item_table=merged(previous_items, fitted.items(), touched, ctx.spark,
+                                        dict(fitted.model.item_extras)),
+                      worker_table=workers,
+                      state=merged(state, state_table(_resp_table(fitted), labels, ctx.as_of, ctx.spark), touched,
+                                   ctx.spark),
+                      carried=new_carried, spark=ctx.spark)
+    except BaseException:
+        fitted.close()
+        raise
+    _finish(night, ctx, manifest, small)
+    _report(night, ctx, "incremental", plan.reason, {
+        "items_fitted": int(sums["n_items"]), "labels_fitted": int(sums["n_labels"]),
+        "items_revisited": n_revisited, "earlier_days": days, "decay_factor": config.incremental.decay ** elapsed,
+        "metrics_cover": "the items fitted this night",
+    })
+    return night
+
+
+def _carried_forward(ctx: _Context, plan: NightPlan, manifest: dict[str, Any]) -> Night:
+    """A night without new labels: the previous result, with its carried summary decayed to this night."""
+    previous, distributed = plan.previous.rstrip("/"), ctx.reader.distributed
+    spark = ctx.spark if distributed else None
+    summary = json.loads(_read_bytes(f"{previous}/summary.json", spark).decode("utf-8"))
+    elapsed = (ctx.as_of - _dt.date.fromisoformat(plan.carried.as_of)).days
+    carried = replace(plan.carried.decayed(ctx.config.incremental.decay ** elapsed), as_of=ctx.as_of.isoformat())
+    workers = _small_frame(read_table(f"{previous}/workers", spark, "the previous run's workers"))
+    summary.update(iterations=0, history=[], converged=True, stop_reason="no new labels: the previous result is "
+                   "carried forward", resumed_from_iteration=None, warnings=[], config=ctx.config.to_dict(),
+                   timings=ctx.timer.timings)
+    for key in ("metrics", "small_input", "recovered", "warm_start"):
+        summary.pop(key, None)
+    model = _model_like(plan.saved, len(plan.saved.workers))
+    night = Night(model, None, None, summary, saved=plan.saved, carried=carried, spark=ctx.spark, worker_table=workers,
+                  item_table=read_table(f"{previous}/items", spark, "the previous run's items"),
+                  state=read_table(state_path(previous), spark, "the previous run's item state"))
+    _finish(night, ctx, manifest, None)
+    _report(night, ctx, "carried forward", "no labels on the days after the previous run",
+            {"items_fitted": 0, "labels_fitted": 0, "decay_factor": ctx.config.incremental.decay ** elapsed})
+    return night
+
+
+def _read_bytes(path: str, spark: Any) -> bytes:
+    from crowdspark.io.files import files_for
+
+    return files_for(path, spark).read_bytes(path)
+
+
+def run_night(config: RunConfig, labels_path: str, gold_path: str | None, spark: Any, run_id: str | None,
+              as_of: _dt.date, plan: NightPlan, *, warm_path: str | None, options: RunOptions,
+              timer: Timer) -> Night:
+    """Run the night ``plan`` describes (read, fit, and build every table the run writes).
+
+    Raises
+    ------
+    IncompatibleModelError
+        When the new labels show that the night cannot be incremental (a new class) and
+        ``nightly.on_incompatible = "fail"``.
+    """
+    if plan.previous is not None and not is_local(plan.previous) and config.engine.name == "local":
+        raise ConfigError(f"the previous run {plan.previous!r} is not on a local path: the local engine reads it with "
+                          "pandas; run on the spark engine")
+    options = replace(options, inputs={**options.inputs, "incremental": {"previous": plan.previous,
+                                                                         "full": plan.full}})
+    ctx = _Context(config, labels_path, gold_path, spark, run_id, as_of, warm_path, plan.previous, options, timer,
+                   DayReader(config, labels_path, spark))
+    if plan.full:
+        return _full_refit(ctx, plan.reason)
+    try:
+        return _incremental(ctx, plan)
+    except _Refit as refit:
+        message = f"cannot continue incrementally from the previous run {plan.previous!r}: {refit}"
+        if config.nightly.on_incompatible == "fail":
+            raise IncompatibleModelError(f"{message}; {FULL_REFIT}") from None
+        log.warning("%s; refitting in full (nightly.on_incompatible = \"cold\")", message)
+        ctx.reader = DayReader(config, labels_path, spark)
+        return _full_refit(ctx, f"{message}; refitted in full (nightly.on_incompatible = \"cold\")")
+
