@@ -318,10 +318,12 @@ def test_session_refuses_a_reply_to_another_request():
     import socket
 
     from crowdspark.engine.session import SessionError, _exchange
-    from crowdspark.engine.session_net import Channel, encode
+    from crowdspark.engine.session_net import Channel, channel_keys, encode, new_key
 
+    key, hello, nonce = new_key(), bytes(16), bytes(16)
     driver_sock, task_sock = socket.socketpair()
-    driver, task = Channel(driver_sock), Channel(task_sock)
+    driver = Channel(driver_sock, channel_keys(key, hello, nonce, driver=True))
+    task = Channel(task_sock, channel_keys(key, hello, nonce, driver=False))
     try:
         task.send(("stats", 6, {"n": np.array(1.0)}))  # the answer to an older request
         request = encode(("run", 7, None, None, False))
