@@ -426,7 +426,8 @@ def fake_driver(behave: Callable[[socket.socket], None]) -> tuple[tuple[str, int
     return listener.getsockname()[:2], thread
 
 
-def run_task(monkeypatch, address: tuple[str, int], key: bytes) -> list:
+def run_task(monkeypatch, address: tuple[str, int], key: bytes, stateful: bool = False,
+             elements: list | None = None) -> list:
     """The real barrier-task body against ``address``, with a stand-in for Spark's task context."""
     import pyspark
 
@@ -440,7 +441,7 @@ def run_task(monkeypatch, address: tuple[str, int], key: bytes) -> list:
             return 1
 
     monkeypatch.setattr(pyspark.BarrierTaskContext, "get", classmethod(lambda cls: Context()))
-    return within(20, lambda: list(_session_task(address, key, False, iter([]))))
+    return within(20, lambda: list(_session_task(address, key, stateful, iter(elements or []))))
 
 
 def pickles_first(sock: socket.socket, payload: bytes) -> None:
@@ -500,7 +501,7 @@ def test_the_task_serves_an_authenticated_driver(monkeypatch):
         (channel,) = within(10, server.channels)
         channel.send(("run", 1, _count_blocks, None, False))
         assert channel.receive() == ("stats", 1, {})
-        channel.send(("stop",))
+        channel.send(("stop", 1))
         thread.join(20)
         assert out["yield"] == [(0, 1)]  # one sweep served
     finally:
@@ -509,6 +510,44 @@ def test_the_task_serves_an_authenticated_driver(monkeypatch):
 
 def _count_blocks(block, state, value):
     return state, {"n": 1}
+
+
+def _next_state(block, state, value):
+    return state + 1, {}
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_a_stateful_task_returns_its_states_only_if_it_served_the_whole_session(monkeypatch, late):
+    """A task Spark starts after the session ended (to recompute a lost partition of its result) is sent
+    ``stop`` at once: it holds the session's first states and must fail, not return them as final."""
+    key = new_key()
+    server = SessionServer(LOOPBACK, key, 1)
+    out: dict[str, Any] = {}
+
+    def task() -> None:
+        try:
+            out["yield"] = run_task(monkeypatch, (LOOPBACK, server.port), key, stateful=True,
+                                    elements=[(0, ("block", 0))])
+        except SessionError as error:
+            out["error"] = error
+
+    try:
+        thread = threading.Thread(target=task)
+        thread.start()
+        (channel,) = within(10, server.channels)
+        if not late:
+            for request in (1, 2):
+                channel.send(("run", request, _next_state, None, False))
+                assert channel.receive() == ("stats", request, {})
+        channel.send(("stop", 2))  # the session served two sweeps
+        thread.join(20)
+    finally:
+        server.close()
+    if late:
+        assert "yield" not in out
+        assert "ended after 2 sweeps, but this task served 0" in str(out["error"])
+    else:
+        assert out["yield"] == [(0, ("block", 2))]
 
 
 # ------------------------------------------------------------------------------------- with Spark: the session
