@@ -1,23 +1,33 @@
-"""A pandas API in crowd-kit's style, for users without a cluster.
+"""A pandas API in crowd-kit's style, for users without a cluster: switching from crowd-kit is a changed import.
 
 >>> import pandas as pd
 >>> from crowdspark.api import DawidSkene
->>> df = pd.DataFrame({"item": ["a", "a", "a", "b", "b", "b"],
+>>> df = pd.DataFrame({"task": ["a", "a", "a", "b", "b", "b"],
 ...                    "worker": ["w1", "w2", "w3", "w1", "w2", "w3"],
 ...                    "label": ["x", "x", "y", "y", "y", "y"]})
->>> DawidSkene(seed=0).fit_predict(df).to_dict()
+>>> DawidSkene(n_iter=50).fit_predict(df).to_dict()
 {'a': 'x', 'b': 'y'}
 
-Every registered algorithm has a class here, named by its model's ``api_name`` (:data:`CLASSES`:
-``MajorityVote``, ``DawidSkene``, ``Bcc``, ``Idbla``, ``FixedIdbla``, ``IdblaCvb``, ``IdblaCvb0``,
-``DifficultyDawidSkene``), whose keyword arguments are the algorithm's parameters with their defaults (the
-fields of its model class) and crowd-kit's names for them (``n_iter`` for ``max_iter``,
-:mod:`crowdspark.faces`); :class:`Aggregator` runs any algorithm by name.  Data from crowd-kit uses a
-``task`` column: pass ``item="task"``.  Every estimator runs the same kernels as the Spark engine (on the
-local engine), checks its parameters when it is built, and validates its input with the command line's rules
-and messages (naming settings as this API does).  Fitted attributes end in ``_``: ``labels_`` (Series item ->
-label), ``probas_`` (DataFrame item x class), ``workers_`` (the worker table), ``classes_``, ``history_`` (per
-iteration), ``n_iter_``, ``converged_``, ``summary_`` (what ``summary.json`` would hold).
+Every registered algorithm has a class here, named by its model's ``api_name`` (:data:`CLASSES`; crowd-kit's
+names for the methods both have: ``MajorityVote``, ``DawidSkene``, ``GoldMajorityVote``, ``Wawa``,
+``ZeroBasedSkill``, ``KOS``, ``MMSR``), whose keyword arguments are the algorithm's parameters with their
+defaults (the fields of its model class) and crowd-kit's names for them (``n_iter`` for ``max_iter``,
+``random_state`` for ``seed``, :mod:`crowdspark.faces`); :class:`Aggregator` runs any algorithm by name.
+Every estimator runs the same kernels as the Spark engine (on the local engine), checks its parameters when
+it is built, and validates its input with the command line's rules and messages (naming settings as this API
+does).
+
+As in crowd-kit, the labels frame has the columns ``task`` (or ``item``), ``worker`` and ``label``;
+``fit(data, true_labels)`` holds the true labels of the items of ``true_labels`` (a Series indexed by task)
+fixed during the fit; ``fit(data, initial_error=...)`` starts the workers it lists from their confusion
+matrices (crowd-kit's ``errors_`` layout, or a worker table); ``fit(data, gold=frame)`` scores the fit on
+gold (columns ``<task>``, ``truth``), of which ``gold_fit_fraction`` is held fixed in the fit.  Fitted
+attributes end in ``_``, in crowd-kit's layouts where crowd-kit has them: ``labels_`` (Series ``agg_label``
+indexed by task), ``probas_`` (task x class, the classes as column names), ``errors_`` (per worker and
+observed label, a column per true label: ``P(label | true label)``), ``skills_`` (Series ``skill`` by
+worker), ``priors_`` (Series ``prior`` by class), ``loss_history_``; and ``workers_`` (the worker table),
+``classes_``, ``history_`` (per iteration), ``n_iter_``, ``converged_``, ``summary_`` (what ``summary.json``
+would hold).  Tasks, workers and classes keep the values (and types) they have in the frames given.
 """
 
 from __future__ import annotations
@@ -25,14 +35,18 @@ from __future__ import annotations
 import inspect
 from typing import Any, ClassVar
 
+import numpy as np
 import pandas as pd
 
 from crowdspark.config import GoldConfig, InputConfig, RunConfig
 from crowdspark.docstrings import field_docs
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.faces import CROWDKIT_ALIASES, PANDAS, using_face
+from crowdspark.io.cells import canonical_values
+from crowdspark.io.rules import order_classes
+from crowdspark.io.worker_table import WorkerTable, worker_table_from_frame
 from crowdspark.models.registry import MODELS, check_params, hyperparameters, model_class
-from crowdspark.pipeline import aggregate_frames
+from crowdspark.pipeline import RunOptions, RunResult, aggregate_frames
 
 __all__ = ["Aggregator", "CLASSES"]
 
@@ -50,6 +64,10 @@ def _canonical(name: str, params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: crowd-kit's initial_error strategies: ``assign`` (the matrices start the fit) is the only one crowdspark runs
+_STRATEGIES = (None, "assign")
+
+
 class Aggregator:
     """Any registered algorithm behind the crowd-kit-style interface.
 
@@ -58,11 +76,19 @@ class Aggregator:
     algorithm : str
         A name from ``crowdspark algorithms`` (``mv``, ``ds`` ...).
     seed : int
-        Seed of every random choice.
-    item, worker, label : str
+        Seed of every random choice (crowd-kit's ``random_state`` is accepted for it).
+    item : str, optional
+        The item column of the labels frame; default ``task`` in a frame that has it (crowd-kit's), else ``item``.
+    worker, label : str
         Column names of the labels frame.
-    classes : sequence of str, optional
+    classes : sequence, optional
         The class set, in posterior order; inferred from the labels when omitted.
+    gold_fit_fraction, gold_split_seed : float, int
+        With ``fit(..., gold=frame)``: the share of the gold held fixed in the fit and the seed of that choice
+        (``gold.fit_fraction``, ``gold.split_seed``); the rest scores the fit.
+    initial_error_strategy : str, optional
+        crowd-kit's: ``None`` or ``"assign"`` (the matrices of ``initial_error`` start the workers it lists);
+        crowd-kit's ``"addition"`` is not offered.
     **params
         The algorithm's parameters (see ``crowdspark algorithms``), or crowd-kit's names for them.
 
@@ -80,56 +106,146 @@ class Aggregator:
         algorithm: str,
         *,
         seed: int = 0,
-        item: str = "item",
+        item: str | None = None,
         worker: str = "worker",
         label: str = "label",
-        classes: list[str] | tuple[str, ...] | None = None,
+        classes: list[Any] | tuple[Any, ...] | None = None,
+        gold_fit_fraction: float = 0.0,
+        gold_split_seed: int = 0,
+        random_state: int | None = None,
+        initial_error_strategy: str | None = None,
         **params: Any,
     ) -> None:
         self.algorithm = algorithm
-        self.seed = seed
+        self.seed = seed if random_state is None else random_state
         self.item, self.worker, self.label = item, worker, label
-        self.classes = tuple(str(c) for c in classes) if classes else ()
+        self.classes = tuple(classes) if classes else ()
+        self.gold_fit_fraction, self.gold_split_seed = gold_fit_fraction, gold_split_seed
+        self.initial_error_strategy = initial_error_strategy
         with using_face(PANDAS):
+            if random_state is not None and seed != 0:
+                raise ConfigError(f"seed is given twice (as seed={seed!r} and random_state={random_state!r}); give it once")
+            if initial_error_strategy not in _STRATEGIES:
+                raise ConfigError(
+                    f"initial_error_strategy must be one of {list(_STRATEGIES)}, but got {initial_error_strategy!r}: "
+                    "crowdspark starts the workers of initial_error from its matrices ('assign'); to add counts "
+                    "to the data's, give the matrices as counts and fit once more")
             self.params = check_params(algorithm, _canonical(algorithm, params))
-            self._config()  # the same checks as at fit time, now
+            self._config(item or "item", 0.0)  # the same checks as at fit time, now
 
-    def _config(self) -> RunConfig:
+    def _config(self, item: str, fit_fraction: float) -> RunConfig:
         return RunConfig(
             algorithm=self.algorithm,
             seed=self.seed,
-            input=InputConfig(item=self.item, worker=self.worker, label=self.label, classes=self.classes),
-            gold=GoldConfig(item=self.item, truth="truth"),
+            input=InputConfig(item=item, worker=self.worker, label=self.label,
+                              classes=tuple(_text(pd.Series(self.classes, dtype=object), "classes"))),
+            gold=GoldConfig(item=item, truth="truth", fit_fraction=fit_fraction, split_seed=self.gold_split_seed),
             algorithms={self.algorithm: dict(self.params)},
         )
 
-    def fit(self, data: pd.DataFrame, gold: pd.DataFrame | None = None) -> Aggregator:
-        """Fit on a labels frame; ``gold`` (columns ``<item>``, ``truth``) adds ``summary_['metrics']``.
+    def fit(self, data: pd.DataFrame, true_labels: pd.Series | None = None,
+            initial_error: pd.DataFrame | None = None, *, gold: pd.DataFrame | None = None) -> Aggregator:
+        """Fit on a labels frame (columns ``task`` or ``item``, ``worker``, ``label``).
+
+        Parameters
+        ----------
+        data : DataFrame
+        true_labels : Series, optional
+            crowd-kit's: the true label of some tasks (indexed by task), held fixed during the fit (every
+            model answers them with it and learns its workers from them).  A DataFrame here is ``gold``.
+        initial_error : DataFrame, optional
+            crowd-kit's: starting confusion matrices of some workers, indexed by (worker, label) with a column
+            per true label (``errors_``'s layout; counts or probabilities), or a worker table (``worker`` and
+            ``confusion`` or ``accuracy``, as ``workers_``); the other workers start as usual.
+        gold : DataFrame, optional
+            Gold (columns ``<task>``, ``truth``) that scores the fit: ``summary_['metrics']``; the share
+            ``gold_fit_fraction`` of it is held fixed in the fit instead.
 
         Raises
         ------
         InputError
             For data that is not a pandas DataFrame, a frame naming a column twice, and every input error
-            of the command line (missing columns, nulls, ...).
+            of the command line (missing columns, nulls, a true label outside the classes ...).
+        ConfigError
+            For ``true_labels`` with ``gold``.
         """
+        if isinstance(true_labels, pd.DataFrame) and gold is None:
+            gold, true_labels = true_labels, None  # fit(data, gold_frame)
         with using_face(PANDAS):
-            self._check_frame(data, "data", [self.item, self.worker, self.label])
-            if gold is not None:
-                self._check_frame(gold, "gold", [self.item, "truth"])
-            run = aggregate_frames(self._config(), data, gold)
+            self._check_frame(data, "data", [self.item or "item", self.worker, self.label])
+            item = self._item_column(data)
+            gold_frame, fraction = self._gold(item, true_labels, gold)
+            options = RunOptions(initial_workers=self._initial_table(initial_error, data))
+            run = aggregate_frames(self._config(item, fraction), data, gold_frame, options=options)
+        self._fitted(run, data, item)
+        return self
+
+    def _item_column(self, data: pd.DataFrame) -> str:
+        """The item column: the one given, else ``task`` or ``item``, whichever the frame has."""
+        if self.item is not None:
+            return self.item
+        present = [c for c in ("task", "item") if c in data.columns]
+        if len(present) == 2:
+            raise InputError("data: the frame has both a task and an item column; say which holds the items "
+                             "(item='task' or item='item')")
+        return present[0] if present else "item"
+
+    def _gold(self, item: str, true_labels: Any, gold: Any) -> tuple[pd.DataFrame | None, float]:
+        """The gold frame of the run and the share of it held fixed in the fit."""
+        if true_labels is not None and gold is not None:
+            raise ConfigError("give the gold either as true_labels (held fixed in the fit) or as gold= (scores the "
+                              "fit, gold_fit_fraction of it held fixed), not both")
+        if gold is not None:
+            self._check_frame(gold, "gold", [item, "truth"])
+            return gold, self.gold_fit_fraction
+        if true_labels is None:
+            return None, self.gold_fit_fraction
+        if isinstance(true_labels, dict):
+            true_labels = pd.Series(true_labels)
+        if not isinstance(true_labels, pd.Series):
+            raise InputError(f"true_labels: pass a pandas Series of true labels indexed by {item}, but got a "
+                             f"{type(true_labels).__name__}; e.g. pd.Series({{'t1': 'x'}})")
+        frame = pd.DataFrame({item: true_labels.index.to_numpy(), "truth": true_labels.to_numpy()})
+        return frame, 1.0
+
+    def _initial_table(self, initial_error: Any, data: pd.DataFrame) -> WorkerTable | None:
+        """``initial_error`` as a worker table (crowd-kit's error layout or a worker table)."""
+        if initial_error is None:
+            return None
+        if not isinstance(initial_error, pd.DataFrame):
+            raise InputError(f"initial_error: pass a pandas DataFrame indexed by worker and label with a column per "
+                             f"true label, but got a {type(initial_error).__name__}")
+        if isinstance(initial_error.index, pd.MultiIndex) and initial_error.index.nlevels == 2:
+            return _error_table(initial_error)
+        frame = initial_error.reset_index() if initial_error.index.name == "worker" else initial_error
+        return worker_table_from_frame(frame.assign(worker=_text(frame["worker"], "worker"))
+                                       if "worker" in frame.columns else frame, "initial_error")
+
+    def _fitted(self, run: RunResult, data: pd.DataFrame, item: str) -> None:
+        """The fitted attributes, in crowd-kit's layouts and the frames' own values."""
         items = run.items.set_index("item")
+        tasks, workers, classes = (_originals(data[c]) for c in (item, self.worker, self.label))
         self.summary_ = run.summary
-        self.classes_ = list(run.summary["classes"])
-        self.labels_ = items["label"].rename_axis(self.item)
-        self.probas_ = pd.DataFrame(
-            list(items["posterior"]), index=items.index.rename(self.item), columns=self.classes_
-        )
+        self.classes_ = [classes.get(c, c) for c in run.summary["classes"]]
+        task_index = pd.Index([tasks.get(t, t) for t in items.index], name=item)
+        self.labels_ = pd.Series([classes.get(c, c) for c in items["label"]], index=task_index, name="agg_label")
+        self.probas_ = pd.DataFrame(np.asarray(list(items["posterior"]), dtype=np.float64).reshape(len(items), -1),
+                                    index=task_index, columns=pd.Index(self.classes_, name="label"))
         self.items_ = items
         self.workers_ = run.workers.set_index("worker")
+        worker_index = pd.Index([workers.get(w, w) for w in self.workers_.index], name="worker")
+        skill = "skill" if "skill" in self.workers_.columns else "accuracy"
+        self.skills_ = pd.Series(self.workers_[skill].to_numpy(), index=worker_index, name="skill")
+        if "confusion" in self.workers_.columns:
+            self.errors_ = _errors_frame(self.workers_["confusion"], worker_index, self.classes_,
+                                         data[[self.worker, self.label]].drop_duplicates())
+        proportions = run.summary["model"].get("class_proportions")
+        if proportions is not None:
+            self.priors_ = pd.Series(proportions, index=pd.Index(self.classes_, name="label"), name="prior")
         self.history_ = pd.DataFrame(run.summary["history"])
+        self.loss_history_ = [float(h["objective"]) for h in run.summary["history"]]
         self.n_iter_ = run.summary["iterations"]
         self.converged_ = run.summary["converged"]
-        return self
 
     def _check_frame(self, frame: Any, what: str, columns: list[str]) -> None:
         """``frame`` is a pandas DataFrame whose columns have distinct names."""
@@ -138,8 +254,8 @@ class Aggregator:
             spark_hint = (" For a Spark DataFrame use crowdspark.ml." if type(frame).__module__.startswith("pyspark")
                           else "")
             raise InputError(
-                f"{what}: pass a pandas DataFrame with columns {names} (name other columns with "
-                f"item=..., worker=..., label=...), but got a {type(frame).__name__}; e.g. "
+                f"{what}: pass a pandas DataFrame with columns {names} (crowd-kit's task for item is read too; name "
+                f"other columns with item=..., worker=..., label=...), but got a {type(frame).__name__}; e.g. "
                 f"pd.DataFrame(rows, columns={columns!r}).{spark_hint}"
             )
         repeated = list(dict.fromkeys(c for c in frame.columns if list(frame.columns).count(c) > 1))
@@ -149,13 +265,62 @@ class Aggregator:
                 f"name (the columns used are {names})."
             )
 
-    def fit_predict(self, data: pd.DataFrame) -> pd.Series:
-        """Fit and return the inferred label of each item (Series indexed by item)."""
-        return self.fit(data).labels_
+    def fit_predict(self, data: pd.DataFrame, true_labels: pd.Series | None = None,
+                    initial_error: pd.DataFrame | None = None) -> pd.Series:
+        """Fit and return the inferred label of each task (``labels_``)."""
+        return self.fit(data, true_labels, initial_error).labels_
 
-    def fit_predict_proba(self, data: pd.DataFrame) -> pd.DataFrame:
-        """Fit and return the posterior of each item (rows: items, columns: classes)."""
-        return self.fit(data).probas_
+    def fit_predict_proba(self, data: pd.DataFrame, true_labels: pd.Series | None = None,
+                          initial_error: pd.DataFrame | None = None) -> pd.DataFrame:
+        """Fit and return the posterior of each task (``probas_``: rows tasks, columns classes)."""
+        return self.fit(data, true_labels, initial_error).probas_
+
+
+def _text(values: pd.Series, column: str) -> np.ndarray:
+    """The canonical text crowdspark gives ``values`` (:mod:`crowdspark.io.cells`), object (n,)."""
+    return canonical_values(values.reset_index(drop=True), "data", "<DataFrame>", column)
+
+
+def _originals(column: pd.Series) -> dict[str, Any]:
+    """Canonical text -> the value as given, for a column whose values are not all strings (else empty: the
+    text is the value)."""
+    values = column.drop_duplicates()
+    if values.map(type).eq(str).all():
+        return {}
+    return dict(zip(_text(values, str(column.name)), values))
+
+
+def _error_table(errors: pd.DataFrame) -> WorkerTable:
+    """A worker table from crowd-kit's error layout: rows (worker, observed label), a column per true label,
+    ``P(observed | true)`` or counts; a pair a worker never gave counts 0."""
+    workers = _text(pd.Series(errors.index.get_level_values(0)), "worker")
+    given = _text(pd.Series(errors.index.get_level_values(1)), "label")
+    true = _text(pd.Series(list(errors.columns)), "label")
+    classes = order_classes(sorted(set(given) | set(true)))
+    position = {c: j for j, c in enumerate(classes)}
+    names = list(dict.fromkeys(workers))
+    row = {w: j for j, w in enumerate(names)}
+    matrices = np.zeros((len(names), len(classes), len(classes)))
+    values = errors.to_numpy(dtype=np.float64)
+    for r, (w, g) in enumerate(zip(workers, given)):
+        for c, t in enumerate(true):
+            matrices[row[w], position[t], position[g]] += values[r, c]
+    frame = pd.DataFrame({"worker": names, "confusion": list(matrices)})
+    return worker_table_from_frame(frame, "initial_error", tuple(classes))
+
+
+def _errors_frame(confusion: pd.Series, workers: pd.Index, classes: list[Any], pairs: pd.DataFrame) -> pd.DataFrame:
+    """crowd-kit's ``errors_``: a row per (worker, label) the worker gave, a column per true label, holding
+    ``P(label | true label)`` from each worker's confusion (row = true class, column = given label)."""
+    matrices = np.asarray([np.asarray(list(m), dtype=np.float64) for m in confusion])  # (K, C, C)
+    worker_pos = {w: k for k, w in enumerate(workers)}
+    class_pos = {c: j for j, c in enumerate(classes)}
+    pairs = pairs.sort_values(list(pairs.columns))
+    k = np.array([worker_pos[w] for w in pairs.iloc[:, 0]])
+    g = np.array([class_pos[c] for c in pairs.iloc[:, 1]])
+    index = pd.MultiIndex.from_arrays([pairs.iloc[:, 0].to_numpy(), pairs.iloc[:, 1].to_numpy()],
+                                      names=["worker", "label"])
+    return pd.DataFrame(matrices[k, :, g], index=index, columns=list(classes))
 
 
 def _face_class(model: type) -> type[Aggregator]:
@@ -172,14 +337,17 @@ def _face_class(model: type) -> type[Aggregator]:
         Aggregator.__init__(self, name, **kwargs)
 
     common = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=default) for key, default in
-              (("seed", 0), ("item", "item"), ("worker", "worker"), ("label", "label"), ("classes", None))]
+              (("seed", 0), ("item", None), ("worker", "worker"), ("label", "label"), ("classes", None),
+               ("gold_fit_fraction", 0.0), ("gold_split_seed", 0), ("random_state", None),
+               ("initial_error_strategy", None))]
     fields = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=value) for key, value in defaults.items()]
     __init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *fields, *common])
     docs = field_docs(model)
     parameters = "\n".join(f"{key} : default {value!r}\n    {docs.get(key, '')}" for key, value in defaults.items())
     doc = (f"{model.title[:1].upper()}{model.title[1:]} (``{name}``): {model.description}.\n\n"
-           f"Parameters\n----------\n{parameters}\nseed, item, worker, label, classes\n    As :class:`Aggregator`.\n")
+           f"Parameters\n----------\n{parameters}\nseed, item, worker, label, classes, gold_fit_fraction, "
+           "gold_split_seed, random_state, initial_error_strategy\n    As :class:`Aggregator`.\n")
     return type(model.api_name, (Aggregator,), {"__init__": __init__, "__doc__": doc, "__module__": __name__,
                                                 "algorithm_name": name})
 

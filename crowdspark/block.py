@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 
 from crowdspark.rng import item_keys as _item_keys
+from crowdspark.rng import named_uniforms
 
-__all__ = ["Block", "build_blocks", "blocks_from_codes", "block_counts", "DEFAULT_MAX_BLOCK_LABELS"]
+__all__ = ["Block", "GoldSplit", "build_blocks", "blocks_from_codes", "block_counts", "DEFAULT_MAX_BLOCK_LABELS"]
 
 DEFAULT_MAX_BLOCK_LABELS = 2_000_000
 
@@ -41,9 +42,14 @@ class Block:
     label : ndarray of int32, shape (m,)
         Class index in ``0..C-1``.
     truth : ndarray of int32, shape (n,)
-        Gold class index of each item, ``-1`` where there is no gold label.
+        Gold class index of each item that the fit does not use (held-out gold: what every gold-based figure
+        scores), ``-1`` elsewhere.
     duplicate_pairs : int
         Number of (item, worker) pairs with more than one label (all labels are kept).
+    fixed : ndarray of int32, shape (n,)
+        Gold class index of each item whose true class the fit holds fixed (gold in the fit,
+        :class:`GoldSplit`), ``-1`` elsewhere; an item has at most one of ``truth`` and ``fixed``.  Omitted:
+        no item is fixed.
     """
 
     item_ids: np.ndarray
@@ -54,6 +60,11 @@ class Block:
     label: np.ndarray
     truth: np.ndarray
     duplicate_pairs: int = 0
+    fixed: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.fixed is None:
+            object.__setattr__(self, "fixed", np.full(self.item_ids.shape[0], -1, dtype=np.int32))
 
     def __getstate__(self) -> dict:
         # memoized derived data (``_incidence``, see models.common) is rebuilt where it is used, never shipped
@@ -70,6 +81,32 @@ class Block:
     def labels_per_item(self) -> np.ndarray:
         """Number of labels of each item, shape (n,)."""
         return np.diff(self.offsets)
+
+
+@dataclass(frozen=True)
+class GoldSplit:
+    """Which gold items the fit holds fixed and which it is scored on.
+
+    An item is in the fit when a uniform draw keyed by ``seed`` and its id
+    (:func:`crowdspark.rng.named_uniforms`) is below ``fit_fraction``: the same items on every engine, reader
+    and partitioning, and, for one seed, the items of a smaller fraction are among those of a larger one.
+
+    Attributes
+    ----------
+    fit_fraction : float
+        Share of the gold items, in [0, 1], whose true class the fit holds fixed (0: the gold only scores).
+    seed : int
+        Seed of the split.
+    """
+
+    fit_fraction: float = 0.0
+    seed: int = 0
+
+    def in_fit(self, keys: np.ndarray) -> np.ndarray:
+        """Whether each item (by its key, shape (n,)) goes to the fit when it has gold, bool (n,)."""
+        if self.fit_fraction <= 0.0:
+            return np.zeros(np.shape(keys)[0], dtype=bool)
+        return named_uniforms("gold-split", self.seed, keys) < self.fit_fraction
 
 
 def _count_duplicate_pairs(item_of_label: np.ndarray, worker: np.ndarray) -> int:
@@ -104,6 +141,7 @@ def build_blocks(
     label: np.ndarray,
     truth: np.ndarray | None = None,
     max_labels: int = DEFAULT_MAX_BLOCK_LABELS,
+    split: GoldSplit | None = None,
 ) -> list[Block]:
     """Group encoded label rows by item into blocks of at most ``max_labels`` labels.
 
@@ -119,6 +157,9 @@ def build_blocks(
         Gold class index of the row's item (``-1`` for none), repeated on every row of the item.
     max_labels : int
         Largest number of labels in one block.
+    split : GoldSplit, optional
+        Which gold items go to the fit (``Block.fixed``) rather than to scoring (``Block.truth``); default:
+        none.
 
     Returns
     -------
@@ -131,7 +172,7 @@ def build_blocks(
     # items sorted by id: the blocks, and every sum over them, do not depend on the order in which rows
     # arrive (Spark's shuffle order varies between runs)
     codes, uniques = pd.factorize(item_ids, sort=True)
-    return blocks_from_codes(codes, np.asarray(uniques, dtype=object), worker, label, truth, max_labels)
+    return blocks_from_codes(codes, np.asarray(uniques, dtype=object), worker, label, truth, max_labels, split)
 
 
 def blocks_from_codes(
@@ -141,6 +182,7 @@ def blocks_from_codes(
     label: np.ndarray,
     truth: np.ndarray | None = None,
     max_labels: int = DEFAULT_MAX_BLOCK_LABELS,
+    split: GoldSplit | None = None,
 ) -> list[Block]:
     """:func:`build_blocks` for rows whose items are already factorized.
 
@@ -150,7 +192,7 @@ def blocks_from_codes(
         Index of each row's item in ``uniques``.
     uniques : ndarray of object (str), shape (n,)
         Item ids, sorted (the block order follows them).
-    worker, label, truth, max_labels
+    worker, label, truth, max_labels, split
         As in :func:`build_blocks`.
     """
     if len(codes) == 0:
@@ -170,6 +212,11 @@ def blocks_from_codes(
         item_truth = np.asarray(truth, dtype=np.int32)[order][offsets[:-1]]
     uniques = np.asarray(uniques, dtype=object)
     keys = _item_keys(uniques)
+    item_fixed = np.full(len(uniques), -1, dtype=np.int32)
+    if split is not None:
+        in_fit = (item_truth >= 0) & split.in_fit(keys)
+        item_fixed[in_fit] = item_truth[in_fit]
+        item_truth = np.where(in_fit, -1, item_truth).astype(np.int32)
 
     blocks = []
     start = 0
@@ -191,6 +238,7 @@ def blocks_from_codes(
                 label=label[lo:hi],
                 truth=item_truth[start:end],
                 duplicate_pairs=_count_duplicate_pairs(item_of_label, worker[lo:hi]),
+                fixed=item_fixed[start:end],
             )
         )
         start = end
@@ -198,10 +246,12 @@ def blocks_from_codes(
 
 
 def block_counts(block: Block) -> dict[str, np.ndarray]:
-    """Additive counts describing a block: items, labels, duplicate (item, worker) pairs, gold items."""
+    """Additive counts describing a block: items, labels, duplicate (item, worker) pairs, held-out gold items
+    (``n_gold_items``) and gold items in the fit (``n_fixed_items``)."""
     return {
         "n_items": np.array(block.n_items, dtype=np.int64),
         "n_labels": np.array(block.n_labels, dtype=np.int64),
         "duplicate_pairs": np.array(block.duplicate_pairs, dtype=np.int64),
         "n_gold_items": np.array(int(np.count_nonzero(block.truth >= 0)), dtype=np.int64),
+        "n_fixed_items": np.array(int(np.count_nonzero(block.fixed >= 0)), dtype=np.int64),
     }

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 
 from crowdspark import __version__
-from crowdspark.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, CrowdsparkError
+from crowdspark.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, CrowdsparkError, one_line
 
 __all__ = ["main", "build_parser", "run_aggregate"]
 
@@ -22,8 +22,8 @@ log = logging.getLogger("crowdspark.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from crowdspark.models.registry import algorithm_names
     from crowdspark.config import parse_value
+    from crowdspark.models.registry import algorithm_names
 
     parser = argparse.ArgumentParser(
         prog="crowdspark", description="Infer true labels from noisy crowd labels, on numpy or Spark."
@@ -45,8 +45,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a configuration key, e.g. ds.max_iter=50 or input.item=task (repeatable)",
     )
     agg.add_argument("--output", required=True, help="output directory (replaced atomically)")
-    agg.add_argument("--run-id", help="write into OUTPUT/run_id=ID/ and point OUTPUT/_LATEST.json at it when complete")
-    agg.add_argument("--warm-start", metavar="RUN_DIR", help="start from the model/ of a previous run's output")
+    agg.add_argument("--run-id", help="write into OUTPUT/run_id=ID/ and point OUTPUT/_LATEST.json at it when complete "
+                                      "(unless it names a newer night)")
+    agg.add_argument("--as-of", metavar="YYYY-MM-DD",
+                     help="the day the run's data ends (input.window_days counts back from it); default: the run id "
+                          "when it is a date, else today (UTC)")
+    agg.add_argument("--warm-start", metavar="PATH",
+                     help="start from a previous run's output, from the folder of runs (the OUTPUT of --run-id runs: "
+                          "its newest run before this one), or from a saved model")
+    agg.add_argument("--initial-workers", metavar="PATH",
+                     help="start the workers a worker table lists from their matrices (a previous run's output or its "
+                          "workers/, or a CSV/Parquet/JSON-lines table with columns worker and confusion or "
+                          "accuracy); the other workers start as usual. Not with --warm-start")
     agg.add_argument("--master", help="Spark master when not run by spark-submit (default local[*])")
     agg.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     agg.add_argument("--quiet", action="store_true", help="only warnings and errors in the log")
@@ -66,20 +76,23 @@ def configure_logging(debug: bool, quiet: bool) -> None:
 def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
     """Run ``aggregate`` with parsed arguments; returns the summary.  Starts Spark only if needed."""
     from crowdspark.config import load_config
-    from crowdspark.pipeline import aggregate, needs_spark
+    from crowdspark.io.runs import parse_as_of
+    from crowdspark.pipeline import aggregate, needs_spark, preflight
 
     config = load_config(args.config, args.overrides, algorithm=args.algorithm, seed=args.seed, engine_name=args.engine)
+    as_of = parse_as_of(args.as_of) if args.as_of else None
+    preflight(config, args.labels, args.output, args.gold, args.warm_start, args.run_id, as_of, args.initial_workers)
     own_session = False
-    if spark is None and needs_spark(config, args.labels, args.gold, args.output, args.warm_start):
+    if spark is None and needs_spark(config, args.labels, args.gold, args.output,
+                                     args.warm_start or args.initial_workers):
         from crowdspark.spark_session import build_session
 
         spark = build_session("crowdspark-aggregate", master=args.master)
-        spark.sparkContext.setLogLevel("WARN")
         own_session = True
     try:
         result = aggregate(
             config, args.labels, args.output, gold_path=args.gold, spark=spark,
-            warm_start=args.warm_start, run_id=args.run_id,
+            warm_start=args.warm_start, run_id=args.run_id, as_of=as_of, initial_workers=args.initial_workers,
         )
     finally:
         if own_session:
@@ -96,13 +109,23 @@ def _report(summary: dict, output: str) -> str:
     parts = [
         f"{summary['algorithm']} on {engine}: {summary['counts']['items']} items, "
         f"{summary['counts']['workers']} workers, {summary['counts']['labels']} labels",
-        f"iterations {summary['iterations']} (converged: {summary['converged']})",
+        _progress(summary),
     ]
     metrics = summary.get("metrics")
     if metrics and metrics.get("error_rate") is not None:
-        parts.append(f"error rate {metrics['error_rate']:.4f} on {metrics['n_gold']} gold items")
+        fixed = summary.get("gold_split", {}).get("fit_items", 0)
+        held = f" held-out gold items ({fixed} more in the fit)" if fixed else " gold items"
+        parts.append(f"error rate {metrics['error_rate']:.4f} on {metrics['n_gold']}{held}")
     parts.append(f"results in {output}")
     return "; ".join(parts)
+
+
+def _progress(summary: dict) -> str:
+    """How the fit ended: iterations and convergence, or the sweeps of a sampler (which has no convergence)."""
+    if summary["converged"] is None:
+        return f"{summary['iterations']} sweeps"
+    state = "converged" if summary["converged"] else "not converged"
+    return f"{summary['iterations']} iterations ({state})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -135,9 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the scheduler needs an exit code, the user a message
         if debug:
             log.exception("run failed")
-        print(f"crowdspark: failed: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", file=sys.stderr)
+        print(f"crowdspark: failed: {one_line(exc)} (rerun with --debug for the traceback)", file=sys.stderr)
         return EXIT_FAILURE
-    from crowdspark.io.sink import run_directory
+    from crowdspark.io.runs import run_directory
 
     print(_report(summary, run_directory(args.output, args.run_id) if args.run_id else args.output))
     return EXIT_OK

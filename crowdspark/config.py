@@ -21,9 +21,21 @@ from typing import Any
 
 import tomllib
 
-from crowdspark.models.registry import ALGORITHMS, algorithm_names, check_params, model_class
+from crowdspark.block import GoldSplit
 from crowdspark.errors import ConfigError
-from crowdspark.validation import check_choice, check_int, coerce_fields, did_you_mean
+from crowdspark.models.registry import (
+    ALGORITHMS,
+    algorithm_names,
+    check_params,
+    model_class,
+)
+from crowdspark.validation import (
+    check_choice,
+    check_float,
+    check_int,
+    coerce_fields,
+    did_you_mean,
+)
 
 __all__ = [
     "InputConfig",
@@ -31,6 +43,7 @@ __all__ = [
     "OutputConfig",
     "EngineConfig",
     "SparkConfig",
+    "NightlyConfig",
     "RunConfig",
     "load_config",
     "parse_override",
@@ -57,9 +70,17 @@ class InputConfig:
         (numeric order when every label is a number, else string order).  With a class set, a label outside it
         is an error.
     filter : str
-        A Spark SQL condition on the labels as read, e.g. ``"date >= '2026-11-01'"`` on a partition column
-        (Spark prunes the partitions); Spark engine only; empty: every row.  It is code the job runs: never
-        build it from untrusted values (``docs/security.md``).
+        A Spark SQL condition on the labels as read, e.g. ``"worker NOT LIKE 'test-%'"``; Spark engine only;
+        empty: every row.  It is code the job runs: never build it from untrusted values
+        (``docs/security.md``).  For a window of days use ``date_column`` and ``window_days``, which follow
+        the run's as-of date (a condition on ``current_date()`` makes a backfill read the future).
+    date_column : str
+        A column of ISO dates (``YYYY-MM-DD``, e.g. the lake's partition column ``date``) that the window of
+        ``window_days`` and the run summary's per-day counts use; empty: none.
+    window_days : int
+        With ``date_column``: read the labels of the ``window_days`` days that end at the run's as-of date
+        (``--as-of``, default the run id when it is a date, else today), both ends included; 0: every day up to
+        the as-of date.  Spark prunes the partitions outside it.
     """
 
     item: str = "item"
@@ -68,6 +89,8 @@ class InputConfig:
     format: str = "auto"
     classes: tuple[str, ...] = ()
     filter: str = ""
+    date_column: str = ""
+    window_days: int = 0
 
     def __post_init__(self) -> None:
         coerce_fields(self, "input")
@@ -85,6 +108,11 @@ class InputConfig:
             )
         if len(set(self.classes)) != len(self.classes):
             raise ConfigError(f"input.classes must not repeat a class, but got {list(self.classes)!r}")
+        if not isinstance(self.date_column, str):
+            raise ConfigError(f"input.date_column must be a column name, but got {self.date_column!r}")
+        check_int("input.window_days", self.window_days, minimum=0)
+        if self.window_days and not self.date_column:
+            raise ConfigError("input.window_days needs input.date_column (the column of dates the window is on)")
 
 
 @dataclass(frozen=True)
@@ -97,15 +125,31 @@ class GoldConfig:
         Column names of the gold file.
     format : str
         ``auto``, ``csv``, ``parquet`` or ``json``, as ``input.format``.
+    fit_fraction : float
+        Share of the gold items, in [0, 1], whose true class the fit holds fixed (every model learns its worker
+        parameters from them); the items are chosen by a hash of the item id seeded by ``split_seed``, and every
+        gold-based figure (error rate, NLL, per-level error, reports) uses only the others.  0: the gold only
+        scores.
+    split_seed : int
+        Seed of that choice; it does not follow the run's ``seed``, so runs with other seeds hold out the same
+        gold items.
     """
 
     item: str = "item"
     truth: str = "truth"
     format: str = "auto"
+    fit_fraction: float = 0.0
+    split_seed: int = 0
 
     def __post_init__(self) -> None:
         coerce_fields(self, "gold")
         check_choice("gold.format", self.format, INPUT_FORMATS)
+        check_float("gold.fit_fraction", self.fit_fraction, minimum=0.0, maximum=1.0)
+        check_int("gold.split_seed", self.split_seed, minimum=0, maximum=2**63 - 1)
+
+    def split(self) -> GoldSplit:
+        """Which gold items the fit holds fixed (:class:`crowdspark.block.GoldSplit`)."""
+        return GoldSplit(fit_fraction=self.fit_fraction, seed=self.split_seed)
 
 
 @dataclass(frozen=True)
@@ -219,6 +263,41 @@ class SparkConfig:
         check_choice("spark.cache_input", self.cache_input, ("auto", "on", "off"))
 
 
+@dataclass(frozen=True)
+class NightlyConfig:
+    """How a run behaves in a schedule of runs (``--run-id``, ``--warm-start``).
+
+    Attributes
+    ----------
+    on_incompatible : str
+        When the warm-start model cannot start this run (another algorithm, a changed class set or number of
+        levels): ``fail`` (exit 2 before the fit, saying why) or ``cold`` (run without it, with a warning in the
+        log and the summary).
+    on_no_new_data : str
+        When the run reads no labels newer than the run it warm starts from (the same newest day with
+        ``input.date_column``, else the same files): ``warn`` (a warning in the log and the summary) or ``fail``
+        (exit 2 before the fit).
+    keep_runs : int
+        After a run, keep only the newest this many runs of the output root (by as-of date; never the one
+        ``_LATEST.json`` names); 0 keeps all.
+    lock_stale_hours : float
+        The lock of a run on another host counts as left by a killed run after this many hours (a run on this
+        host is checked by its process id).
+    """
+
+    on_incompatible: str = "fail"
+    on_no_new_data: str = "warn"
+    keep_runs: int = 0
+    lock_stale_hours: float = 12.0
+
+    def __post_init__(self) -> None:
+        coerce_fields(self, "nightly")
+        check_choice("nightly.on_incompatible", self.on_incompatible, ("fail", "cold"))
+        check_choice("nightly.on_no_new_data", self.on_no_new_data, ("warn", "fail"))
+        check_int("nightly.keep_runs", self.keep_runs, minimum=0)
+        check_float("nightly.lock_stale_hours", self.lock_stale_hours, minimum=0.0, strict_min=True)
+
+
 #: keys that moved from [engine] to [spark]: what an older configuration is told
 MOVED_TO_SPARK = tuple(f.name for f in fields(SparkConfig))
 
@@ -234,6 +313,7 @@ class RunConfig:
     output: OutputConfig = field(default_factory=OutputConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
+    nightly: NightlyConfig = field(default_factory=NightlyConfig)
     algorithms: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -268,7 +348,7 @@ def _jsonable(value: Any) -> Any:
 
 
 _SECTIONS = {"input": InputConfig, "gold": GoldConfig, "output": OutputConfig, "engine": EngineConfig,
-             "spark": SparkConfig}
+             "spark": SparkConfig, "nightly": NightlyConfig}
 _TOP_KEYS = ("algorithm", "seed")
 
 

@@ -7,7 +7,12 @@ traceback and exits with :data:`EXIT_BAD_INPUT`; any other exception is a failur
 
 from __future__ import annotations
 
-__all__ = ["CrowdsparkError", "InputError", "ConfigError", "EXIT_OK", "EXIT_FAILURE", "EXIT_BAD_INPUT"]
+import errno
+
+__all__ = [
+    "CrowdsparkError", "InputError", "ConfigError", "IncompatibleModelError", "RUN_COLD", "EXIT_OK", "EXIT_FAILURE",
+    "EXIT_BAD_INPUT", "one_line", "is_permission_error",
+]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -24,3 +29,35 @@ class InputError(CrowdsparkError):
 
 class ConfigError(CrowdsparkError):
     """A parameter or configuration value is invalid."""
+
+
+class IncompatibleModelError(CrowdsparkError):
+    """A saved model cannot start this run (another algorithm, class set or number of levels).
+
+    Its message ends with :data:`RUN_COLD`.
+    """
+
+
+RUN_COLD = ("run cold: without --warm-start, or with --set nightly.on_incompatible=cold to run such nights cold "
+            "automatically")
+
+
+def one_line(exc: BaseException) -> str:
+    """What failed, in one line: a JVM failure's own exception and message, without its Java stack."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        root = java
+        while root.getCause() is not None:
+            root = root.getCause()
+        return str(root.toString()).splitlines()[0]
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def is_permission_error(exc: BaseException) -> bool:
+    """Whether ``exc`` says the user may not write there: a local permission or read-only filesystem
+    error, or Hadoop's ``AccessControlException`` through py4j."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+    text = one_line(exc)
+    return "AccessControlException" in text or "Permission denied" in text or "Read-only file system" in text

@@ -20,7 +20,7 @@ import hashlib
 
 import numpy as np
 
-__all__ = ["driver_generator", "item_keys", "uniforms"]
+__all__ = ["driver_generator", "item_keys", "named_uniforms", "uniforms"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MUL1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -42,7 +42,12 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 
 def _key(seed: int, sweep: int, stream: int) -> tuple[np.uint64, np.uint64]:
-    digest = hashlib.blake2b(f"{seed}:{sweep}:{stream}".encode(), digest_size=16).digest()
+    return _digest_key(f"{seed}:{sweep}:{stream}")
+
+
+def _digest_key(text: str) -> tuple[np.uint64, np.uint64]:
+    """Two 64-bit keys from the BLAKE2 digest of ``text``."""
+    digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
     return (np.uint64(int.from_bytes(digest[:8], "little")), np.uint64(int.from_bytes(digest[8:], "little")))
 
 
@@ -60,7 +65,35 @@ def uniforms(seed: int, sweep: int, keys: np.ndarray, stream: int = 0) -> np.nda
     -------
     ndarray of float64, shape (n_items,)
     """
-    k1, k2 = _key(seed, sweep, stream)
+    return _keyed_uniforms(_key(seed, sweep, stream), keys)
+
+
+def named_uniforms(name: str, seed: int, keys: np.ndarray) -> np.ndarray:
+    """Uniform draws in [0, 1), one per item key, for a choice made once per item outside the fit.
+
+    The draws are keyed by ``name`` and ``seed`` instead of a sweep and a stream, so they are independent of
+    every draw of :func:`uniforms` (whose key is the digest of ``"seed:sweep:stream"``), also when the seeds
+    are equal.  Used to split the gold into the part a fit uses and the part it is scored on
+    (:class:`crowdspark.block.GoldSplit`).
+
+    Parameters
+    ----------
+    name : str
+        What the draws decide, e.g. ``"gold-split"``.
+    seed : int
+    keys : ndarray of uint64, shape (n_items,)
+        Stable item keys (see :func:`item_keys`).
+
+    Returns
+    -------
+    ndarray of float64, shape (n_items,)
+    """
+    return _keyed_uniforms(_digest_key(f"{name}/{seed}"), keys)
+
+
+def _keyed_uniforms(key: tuple[np.uint64, np.uint64], keys: np.ndarray) -> np.ndarray:
+    """The mixing of :func:`uniforms` under the 128-bit ``key``."""
+    k1, k2 = key
     with np.errstate(over="ignore"):
         x = np.multiply(np.asarray(keys, dtype=np.uint64), _GOLDEN)  # a new array: _mix works in place
         x += k1

@@ -8,9 +8,11 @@ from collections.abc import Mapping
 
 __all__ = ["build_session", "DEFAULT_SPARK_CONF"]
 
-#: settings applied unless the caller (or spark-submit) sets them
+#: settings applied unless the caller, spark-submit's --conf or spark-defaults.conf sets them
 DEFAULT_SPARK_CONF = {
     "spark.ui.showConsoleProgress": "false",
+    # warnings and errors only, from the JVM's start (setLogLevel afterwards lets the start-up INFO lines through)
+    "spark.log.level": "WARN",
     # Unix domain sockets between the JVM and Python workers cut the per-task cost (BENCHMARKS.md, "Kernel
     # and data-path choices").
     "spark.python.unix.domain.socket.enabled": "true",
@@ -20,6 +22,17 @@ DEFAULT_SPARK_CONF = {
     # data-path choices").
     "spark.sql.execution.arrow.maxRecordsPerBatch": "200000",
 }
+
+
+def _launch_settings() -> set[str]:
+    """The Spark settings the launcher already set (``spark-submit --conf``, ``spark-defaults.conf``): a
+    default of :data:`DEFAULT_SPARK_CONF` never overrides them."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return set()
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    return {key for key, _ in SparkConf().getAll()}
 
 
 def build_session(app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None):
@@ -43,8 +56,9 @@ def build_session(app_name: str, master: str | None = None, conf: Mapping[str, s
     elif "PYSPARK_GATEWAY_PORT" not in os.environ and not os.environ.get("PYSPARK_SUBMIT_ARGS"):
         # plain Python, not spark-submit (which starts the JVM first and sets PYSPARK_GATEWAY_PORT)
         builder = builder.master("local[*]")
-    settings = dict(DEFAULT_SPARK_CONF)
-    if master is not None and master.startswith("local"):
+    launched = _launch_settings()
+    settings = {key: value for key, value in DEFAULT_SPARK_CONF.items() if key not in launched}
+    if master is not None and master.startswith("local") and "spark.ui.enabled" not in launched:
         settings["spark.ui.enabled"] = "false"
     settings.update(conf or {})
     for key, value in settings.items():

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crowdspark.block import Block, build_blocks
+from crowdspark.block import Block, GoldSplit, build_blocks
 from crowdspark.io.rules import Encoding, order_classes
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -20,7 +20,8 @@ def load_dataset(name: str, max_labels: int = 2_000_000) -> tuple[list[Block], E
     return frames_to_blocks(labels, gold, max_labels)
 
 
-def frames_to_blocks(labels: pd.DataFrame, gold: pd.DataFrame | None = None, max_labels: int = 2_000_000):
+def frames_to_blocks(labels: pd.DataFrame, gold: pd.DataFrame | None = None, max_labels: int = 2_000_000,
+                     split: GoldSplit | None = None):
     enc = Encoding(
         workers=tuple(sorted(labels["worker"].unique())),
         classes=tuple(order_classes(list(labels["label"].unique()))),
@@ -35,6 +36,7 @@ def frames_to_blocks(labels: pd.DataFrame, gold: pd.DataFrame | None = None, max
         enc.class_codes(labels["label"].to_numpy(dtype=object)),
         truth,
         max_labels=max_labels,
+        split=split,
     )
     return blocks, enc
 

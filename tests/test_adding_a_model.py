@@ -60,3 +60,10 @@ def test_the_documented_model_keeps_the_kernel_contract(model):
     np.testing.assert_allclose(whole[2], parts[2], atol=1e-12)
     np.testing.assert_allclose(whole[2].sum(axis=1), 1.0)
     assert LocalEngine(one).items  # the engines hand it back like any model
+
+
+def test_the_documented_model_keeps_the_gold_in_the_fit(model):
+    from tests.test_conformance import test_clamped_items_keep_their_gold_label
+
+    labels = pd.read_csv(DATA / "temp" / "labels.csv", dtype=str)
+    test_clamped_items_keep_their_gold_label((labels, None), model.name)

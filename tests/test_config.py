@@ -9,16 +9,28 @@ import pandas as pd
 import pytest
 import tomllib
 
-from crowdspark.models.registry import algorithm_names, build_model, hyperparameters, model_class
-from crowdspark.config import EngineConfig, GoldConfig, InputConfig, OutputConfig, RunConfig, load_config
+from crowdspark.config import (
+    EngineConfig,
+    GoldConfig,
+    InputConfig,
+    OutputConfig,
+    RunConfig,
+    load_config,
+)
 from crowdspark.errors import ConfigError
+from crowdspark.models.registry import (
+    algorithm_names,
+    build_model,
+    hyperparameters,
+    model_class,
+)
 from tests.helpers import DATA
 
 DEFAULT = DATA.parent / "conf" / "default.toml"
 
 
 def test_default_toml_is_generated_from_the_code_and_holds_every_default():
-    from crowdspark.config import SparkConfig
+    from crowdspark.config import NightlyConfig, SparkConfig
     from crowdspark.defaults import render_defaults
 
     assert DEFAULT.read_text() == render_defaults(), "conf/default.toml is stale: run `crowdspark defaults`"
@@ -26,7 +38,7 @@ def test_default_toml_is_generated_from_the_code_and_holds_every_default():
     defaults = RunConfig()
     assert tree["algorithm"] == defaults.algorithm and tree["seed"] == defaults.seed
     for name, cls in (("input", InputConfig), ("gold", GoldConfig), ("output", OutputConfig), ("engine", EngineConfig),
-                      ("spark", SparkConfig)):
+                      ("spark", SparkConfig), ("nightly", NightlyConfig)):
         obj = cls()
         expected = {f.name: (list(v) if isinstance(v := getattr(obj, f.name), tuple) else v) for f in fields(cls)}
         assert tree[name] == expected, name
@@ -128,7 +140,9 @@ def _typed(values: dict) -> dict:
 def test_every_iterative_model_has_its_int_parameters_in_the_generated_list():
     keys = {key for _, key in INT_PARAMETERS}
     assert {"max_iter", "burn_in", "n_samples", "thin", "n_levels", "newton_steps", "histogram_bins"} <= keys
-    assert {name for name, _ in INT_PARAMETERS} == set(algorithm_names()) - {"mv"}
+    iterative = {name for name in algorithm_names() if model_class(name)(1, 2).schedule.max_sweeps > 0}
+    assert iterative <= {name for name, _ in INT_PARAMETERS}
+    assert {"ds", "zbs", "kos", "mmsr"} <= {name for name, _ in INT_PARAMETERS}
 
 
 @pytest.mark.parametrize("name, key", INT_PARAMETERS)
@@ -232,7 +246,7 @@ def test_every_bundled_configuration_file_loads(path):
     assert set(config.algorithms) == set(tree) & set(algorithm_names())
 
 
-KNOWN_SECTIONS = r"the sections are input, gold, output, engine, spark and the algorithm names mv, ds, bcc, idbla, .*dds"
+KNOWN_SECTIONS = r"the sections are input, gold, output, engine, spark, nightly and the algorithm names mv, ds, bcc, idbla, .*dds"
 
 
 @pytest.mark.parametrize(

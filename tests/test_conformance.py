@@ -2,8 +2,8 @@
 
 A new algorithm is covered by registering it: additive statistics (any split of the items into blocks gives
 the same answer), posteriors that are distributions, same seed -> same answer, the Spark engine's answer on
-1 and 3 partitions equal to the local engine's, and answers that do not depend on how items and workers are
-named.
+1 and 3 partitions equal to the local engine's, answers that do not depend on how items and workers are
+named, and items with gold in the fit (``Block.fixed``) answered with their gold class.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from crowdspark.block import GoldSplit
 from crowdspark.models.registry import algorithm_names, build_model, hyperparameters, model_class
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import finish_fn, fit
@@ -134,6 +135,25 @@ def test_answers_do_not_depend_on_the_names_of_items_and_workers(frames, name, w
     both = decided(post) & decided(new_post)
     assert both.mean() > 0.8
     np.testing.assert_array_equal(new_lab[both], lab[both])
+
+
+@pytest.mark.parametrize("name", algorithm_names())
+def test_clamped_items_keep_their_gold_label(frames, name):
+    """Gold in the fit that contradicts the model's own answer on every third item: those items get their gold
+    class, with all the posterior on it, on blocks of several sizes."""
+    labels, _ = frames
+    blocks, enc = frames_to_blocks(labels, max_labels=500)
+    ids, free, _ = answers(name, blocks, enc)
+    chosen = np.arange(0, len(ids), 3)
+    forced = (free[chosen] + 1) % enc.n_classes
+    gold = pd.DataFrame({"item": ids[chosen], "truth": np.asarray(enc.classes, dtype=object)[forced]})
+    for max_labels in (60, 10**6):
+        fixed, _ = frames_to_blocks(labels, gold, max_labels=max_labels, split=GoldSplit(fit_fraction=1.0))
+        assert sum(int((b.fixed >= 0).sum()) for b in fixed) == len(chosen)
+        assert all((b.truth < 0).all() for b in fixed)
+        _, got, post = answers(name, fixed, enc)
+        np.testing.assert_array_equal(got[chosen], forced)
+        np.testing.assert_allclose(post[chosen, forced], 1.0, atol=1e-12)
 
 
 @pytest.mark.spark

@@ -114,7 +114,7 @@ def test_an_empty_folder_and_a_previous_result_are_replaced(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     assert run_cli(out) == 0
-    assert marker(out)["kind"] == "result" and listing(out) == [MARKER, "items", "model", "summary.json", "workers"]
+    assert marker(out)["kind"] == "result" and listing(out) == [MARKER, "_model", "items", "summary.json", "workers"]
     assert main(["aggregate", "--labels", LABELS, "--engine", "local", "--algorithm", "ds", "--output", str(out)]) == 0
     assert json.loads((out / "summary.json").read_text())["algorithm"] == "ds"
     assert listing(tmp_path) == ["out"]
@@ -328,8 +328,8 @@ def _stateful_states(engine_factory, blocks):
     """An IDBLA model's per-block states after its initialization, on an engine built by ``engine_factory``."""
     from functools import partial
 
-    from crowdspark.models.registry import build_model
     from crowdspark.engine.loop import _init
+    from crowdspark.models.registry import build_model
 
     model = build_model("idbla", {"burn_in": 2, "n_samples": 2}, 164, 2, 0)
     engine = engine_factory(blocks)

@@ -82,12 +82,15 @@ def test_messages_name_settings_as_the_calling_face_does():
         api.DawidSkene(max_iter=2.5)
     with pytest.raises(ConfigError, match=r"^maxIter must be an integer, but got 2.5$"):
         ml.DawidSkeneAggregator(maxIter=2.5)
-    frame = pd.read_csv(DATA / "temp" / "labels.csv", dtype=str).rename(columns={"item": "task"})
+    frame = pd.read_csv(DATA / "temp" / "labels.csv", dtype=str).rename(columns={"item": "question"})
     with pytest.raises(InputError) as missing:
         api.DawidSkene().fit(frame)
     assert "item='<column>'" in str(missing.value) and "(crowd-kit data: item='task')" in str(missing.value)
     assert "--set" not in str(missing.value)
-    assert api.DawidSkene(item="task").fit(frame).labels_.index.name == "task"
+    assert api.DawidSkene(item="question").fit(frame).labels_.index.name == "question"
+    # crowd-kit's task column is read without item=
+    tasks = frame.rename(columns={"question": "task"})
+    assert api.DawidSkene().fit(tasks).labels_.index.name == "task"
 
 
 def test_the_command_line_lists_every_registered_algorithm():

@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from crowdspark.cli import main
 from crowdspark.config import load_config
-from crowdspark.errors import ConfigError, InputError
+from crowdspark.errors import ConfigError, IncompatibleModelError, InputError
 from crowdspark.pipeline import RunOptions, aggregate
 from tests.helpers import DATA
 
@@ -79,11 +80,20 @@ def test_warm_start_converges_faster_with_the_same_quality(tmp_path):
 def test_warm_start_refuses_another_algorithm_or_class_set(tmp_path):
     config = load_config(algorithm="ds", engine_name="local")
     aggregate(config, RTE[0], str(tmp_path / "prev"))
-    with pytest.raises(ConfigError, match=r"was fitted with 'ds', this run uses 'mv'"):
+    with pytest.raises(IncompatibleModelError, match=r"was fitted with 'ds', this run uses 'mv'"):
         aggregate(load_config(algorithm="mv", engine_name="local"), RTE[0], None, warm_start=str(tmp_path / "prev"))
-    with pytest.raises(InputError, match=r"class set changed since the warm-start run \(\['0', '1'\] -> \['1', '2'\]\)"):
+    with pytest.raises(IncompatibleModelError,
+                       match=r"class set changed since the warm-start run \(\['0', '1'\] -> \['1', '2'\]\)"):
         aggregate(config, TEMP[0], None, warm_start=str(tmp_path / "prev"))
-    with pytest.raises(InputError, match=r"--warm-start .*nowhere.: no saved model there"):
+    # the command line stops such a run with exit 2 and one line, before it writes anything
+    code = main(["aggregate", "--labels", TEMP[0], "--output", str(tmp_path / "next"), "--warm-start",
+                 str(tmp_path / "prev"), "--engine", "local", "--quiet"])
+    assert code == 2 and not (tmp_path / "next").exists()
+    cold = load_config(overrides=["nightly.on_incompatible=cold"], algorithm="ds", engine_name="local")
+    summary = aggregate(cold, TEMP[0], None, warm_start=str(tmp_path / "prev")).summary
+    assert summary["warm_start"]["used"] is False and "class set changed" in summary["warm_start"]["reason"]
+    assert any("ran cold" in w for w in summary["warnings"])
+    with pytest.raises(InputError, match=r"--warm-start .*nowhere. does not exist"):
         aggregate(config, RTE[0], None, warm_start=str(tmp_path / "nowhere"))
 
 
@@ -181,3 +191,15 @@ def test_partitioned_lake_with_a_partition_filter(spark, tmp_path):
     local = load_config(overrides=["input.filter=date >= '2026-11-02'"], algorithm="mv", engine_name="local")
     with pytest.raises(ConfigError, match=r"needs the spark engine"):
         aggregate(local, str(tmp_path / "lake"), None)
+
+
+def test_a_result_of_crowdspark_0_1_with_its_model_folder_warm_starts(tmp_path):
+    """0.1 wrote the saved model to ``model/``; such a result is still a warm start (and still replaceable)."""
+    config = load_config(algorithm="ds", engine_name="local")
+    aggregate(config, RTE[0], str(tmp_path / "old"))
+    (tmp_path / "old" / "_model").rename(tmp_path / "old" / "model")
+    warm = aggregate(config, RTE[0], str(tmp_path / "new"), warm_start=str(tmp_path / "old")).summary
+    assert warm["warm_start"] == {"source": str(tmp_path / "old"), "used": True}
+    aggregate(config, RTE[0], str(tmp_path / "old"))  # an 0.1 result at --output is replaced
+    assert sorted(p.name for p in (tmp_path / "old").iterdir()) == [
+        "_CROWDSPARK.json", "_model", "items", "summary.json", "workers"]

@@ -129,6 +129,14 @@ def test_gold_value_outside_class_set(run, tmp_path):
         run(labels, gold)
 
 
+def test_gold_outside_class_set_is_refused_only_for_labelled_items(run, tmp_path):
+    labels = write_csv(tmp_path / "l.csv", BASIC)
+    gold = write_csv(tmp_path / "g.csv", "item,truth\n1,x\n2,y\n9,maybe\n")  # item 9 has no label: never scored
+    summary = run(labels, gold)
+    assert summary["counts"]["gold_items_without_labels"] == 1
+    assert summary["metrics"]["n_gold"] == 2
+
+
 def test_gold_with_two_truths_for_an_item(run, tmp_path):
     labels = write_csv(tmp_path / "l.csv", BASIC)
     gold = write_csv(tmp_path / "g.csv", "item,truth\n1,x\n1,y\n")
@@ -318,6 +326,20 @@ def test_a_json_line_that_is_not_an_object_is_refused(run, tmp_path):
     path.write_text('{"item": 1, "worker": "a", "label": "x"}\n{"item": 2, "worker": "b", label: "y"}\n')
     with pytest.raises(InputError, match=r"JSON file.*every line must hold one JSON object"):
         run(path)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not parquet"])
+def test_a_damaged_parquet_file_is_refused_with_its_name(run, tmp_path, damage):
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    frame = pd.DataFrame({"item": [1, 1, 2], "worker": ["a", "b", "a"], "label": ["x", "y", "y"]})
+    frame.to_parquet(folder / "a.parquet")
+    frame.to_parquet(folder / "b.parquet")
+    whole = (folder / "b.parquet").read_bytes()
+    (folder / "b.parquet").write_bytes(whole[: len(whole) // 2] if damage == "truncated" else b"item,worker\n" * 20)
+    with pytest.raises(InputError, match=r"cannot read labels at .*parts.*b\.parquet.* (not readable as Parquet|is not a "
+                                         r"Parquet file)"):
+        run(folder)
 
 
 def test_parquet_files_whose_column_types_differ(run, tmp_path):

@@ -21,7 +21,7 @@ __all__ = ["ConvergenceWarning", "FitResult", "WarmStart", "fit", "initialize", 
 
 log = logging.getLogger(__name__)
 
-COUNT_KEYS = ("n_items", "n_labels", "duplicate_pairs", "n_gold_items")
+COUNT_KEYS = ("n_items", "n_labels", "duplicate_pairs", "n_gold_items", "n_fixed_items")
 
 
 class ConvergenceWarning(UserWarning):
@@ -39,7 +39,8 @@ class FitResult:
     init_stats : Stats
         Summed statistics of the initialization pass (model-specific counts).
     counts : dict of str to int
-        ``n_items``, ``n_labels``, ``duplicate_pairs``, ``n_gold_items``.
+        ``n_items``, ``n_labels``, ``duplicate_pairs``, ``n_gold_items`` (held-out gold), ``n_fixed_items``
+        (gold in the fit).
     history : list of dict
         One entry per sweep: ``iteration``, ``objective``, ``change``, ``seconds`` and model extras.
     n_iter : int
@@ -91,12 +92,24 @@ class WarmStart:
     source : str
     parameters : dict
         The previous run's hyperparameters (e.g. its ``n_levels``).
+    workers_only : bool
+        A worker table (:mod:`crowdspark.io.worker_table`), not a saved model: ``params`` holds its
+        ``confusion`` (K', C, C) and ``accuracy`` (K',), which the model turns into its worker parameters
+        (``Model.worker_start``); the class and level values stay this run's own.
     """
 
     params: dict[str, Any]
     old_index: Any
     source: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
+    workers_only: bool = False
+
+    def start(self, model: Model, params: Any) -> Any:
+        """``params`` (the model's own start) with this warm start's values."""
+        previous = self.params
+        if self.workers_only:
+            previous = model.worker_start(previous["confusion"], previous["accuracy"])
+        return model.warm_start(params, previous, self.old_index, workers_only=self.workers_only)
 
 
 def initialize(model: Model, engine: Engine, stateful: bool) -> tuple[Any, Stats, dict[str, int]]:
@@ -159,7 +172,7 @@ def _fit(model: Model, engine: Engine, warm_start: WarmStart | None, checkpoint:
     else:
         params, init_stats, counts = initialize(model, engine, stateful)
         if warm_start is not None:
-            params = model.warm_start(params, warm_start.params, warm_start.old_index)
+            params = warm_start.start(model, params)
             known = int((warm_start.old_index >= 0).sum())
             log.info("%s: warm start from %s (%d of %d workers known)", model.name, warm_start.source, known,
                      len(warm_start.old_index))

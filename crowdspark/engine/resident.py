@@ -34,6 +34,7 @@ import numpy as np
 from crowdspark.block import Block
 from crowdspark.errors import ConfigError
 from crowdspark.io.files import LocalFiles
+from crowdspark.io.lock import process_alive
 from crowdspark.io.marker import SPILL, delete_owned, read_marker, write_marker
 
 __all__ = [
@@ -58,7 +59,7 @@ SPILL_PREFIX = "crowdspark-blocks-"
 _RESIDENT: dict[str, Block] = {}
 
 #: the Block's integer arrays, stored as they are
-_ARRAYS = ("item_keys", "offsets", "item_of_label", "worker", "label", "truth")
+_ARRAYS = ("item_keys", "offsets", "item_of_label", "worker", "label", "truth", "fixed")
 
 
 @dataclass(frozen=True)
@@ -163,16 +164,6 @@ def remove_spill_directory(directory: str) -> None:
         log.warning("spill folder kept: %s", exc)
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
-
-
 def remove_stale_spill_directories(root: str) -> list[str]:
     """Delete the spill folders under ``root`` whose owner process is gone from this host.
 
@@ -197,7 +188,7 @@ def remove_stale_spill_directories(root: str) -> list[str]:
         if marker is None or marker.get("kind") != SPILL or marker.get("host") != host:
             continue
         pid = marker.get("pid")
-        if not isinstance(pid, int) or _process_alive(pid):
+        if not isinstance(pid, int) or process_alive(pid):
             continue
         try:
             delete_owned(LocalFiles(), directory, (SPILL,), "")

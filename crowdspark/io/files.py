@@ -59,6 +59,16 @@ class LocalFiles:
     def mkdirs(self, path: str) -> None:
         os.makedirs(strip_file_scheme(path), exist_ok=True)
 
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Create the file ``path`` holding ``data`` only if it does not exist (atomic); whether it did."""
+        try:
+            descriptor = os.open(strip_file_scheme(path), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+        return True
+
     def rename(self, source: str, target: str) -> None:
         os.rename(strip_file_scheme(source), strip_file_scheme(target))
 
@@ -140,6 +150,22 @@ class HadoopFiles:
         fs, jpath = self._fs(path)
         if not fs.mkdirs(jpath):
             raise OSError(f"could not create the directory {path}")
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Create the file ``path`` holding ``data`` only if it does not exist; whether it did.  Atomic on
+        filesystems whose ``create(overwrite=false)`` is (HDFS; not object stores such as S3A)."""
+        fs, jpath = self._fs(path)
+        try:
+            stream = fs.create(jpath, False)
+        except Exception as exc:  # noqa: BLE001 - py4j wraps Hadoop's FileAlreadyExistsException
+            if "FileAlreadyExists" in str(exc) or fs.exists(jpath):
+                return False
+            raise
+        try:
+            stream.write(bytearray(data))
+        finally:
+            stream.close()
+        return True
 
     def rename(self, source: str, target: str) -> None:
         fs, jsource = self._fs(source)

@@ -25,6 +25,7 @@ from crowdspark.io.rules import (
     csv_row_error,
     decide_classes,
     duplicate_columns_error,
+    empty_labels_error,
     gold_conflict_error,
     gold_outside_error,
     gold_unmatched_warning,
@@ -267,7 +268,7 @@ def prepare_labels(frame: pd.DataFrame, cfg: InputConfig, source: str) -> Labels
     _check_frame(frame, "labels", source)
     check_columns(list(frame.columns), cols, "labels", source, "input")
     if len(frame) == 0:
-        raise InputError(f"labels at {source!r} have no rows; there is nothing to aggregate.")
+        raise empty_labels_error(source)
     out = canonical_frame(frame, cols, "labels", source)
     for role, column in cols.items():
         n_null = int(out[role].isna().sum())
@@ -287,8 +288,13 @@ class Gold:
     repeated_rows: int
 
 
-def prepare_gold(frame: pd.DataFrame, cfg: GoldConfig, classes: list[str], source: str) -> Gold:
-    """Validate a gold frame against the class set."""
+def prepare_gold(frame: pd.DataFrame, cfg: GoldConfig, classes: list[str], source: str,
+                 label_items: pd.Series | None = None) -> Gold:
+    """Validate a gold frame against the class set.
+
+    Only the gold of items with labels (``label_items``, when given) must name a class of the run: the others
+    are never scored (``gold_items_without_labels``), as when one gold file serves a window of dated labels.
+    """
     cols = {"item": cfg.item, "truth": cfg.truth}
     _check_frame(frame, "gold", source)
     check_columns(list(frame.columns), cols, "gold", source, "gold")
@@ -297,7 +303,8 @@ def prepare_gold(frame: pd.DataFrame, cfg: GoldConfig, classes: list[str], sourc
         n_null = int(out[role].isna().sum())
         if n_null:
             raise InputError(f"gold at {source!r}: column {column!r} has {n_null} null value(s); remove these rows.")
-    outside = sorted(set(out["truth"].unique()) - set(classes))
+    scored = out if label_items is None else out[out["item"].isin(set(label_items))]
+    outside = sorted(set(scored["truth"].unique()) - set(classes))
     if outside:
         raise gold_outside_error(source, cfg.truth, outside, list(classes))
     distinct = out.drop_duplicates()

@@ -11,11 +11,12 @@ import glob as _glob
 import os
 from pathlib import Path
 
-from crowdspark.errors import InputError
+from crowdspark.errors import ConfigError, InputError
 
 __all__ = [
     "is_local",
     "strip_file_scheme",
+    "check_local_folder_writable",
     "resolve_local_paths",
     "infer_format",
     "resolve_format",
@@ -36,6 +37,31 @@ def is_local(path: str) -> bool:
 def strip_file_scheme(path: str) -> str:
     """``path`` without a leading ``file://``."""
     return path[len("file://") :] if path.startswith("file://") else path
+
+
+def check_local_folder_writable(folder: str, what: str) -> None:
+    """Refuse a local ``folder`` this user could neither write nor create (its nearest existing ancestor
+    is not a writable folder).
+
+    Parameters
+    ----------
+    folder : str
+        A local path (``file:`` allowed), existing or not.
+    what : str
+        What the user gave, for the message (``"engine.checkpoint_dir '/x'"``).
+
+    Raises
+    ------
+    ConfigError
+    """
+    existing = strip_file_scheme(folder)
+    while existing and not os.path.exists(existing):
+        existing = os.path.dirname(existing.rstrip("/"))
+    existing = existing or "."
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+        problem = "is not a folder" if not os.path.isdir(existing) else "cannot be written by this user"
+        raise ConfigError(f"{what}: {existing!r} {problem}; give a folder the job can write (it is created if "
+                          "missing)")
 
 
 def resolve_local_paths(path: str, what: str) -> list[str]:

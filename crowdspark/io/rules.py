@@ -32,6 +32,8 @@ from crowdspark.faces import display_key, setting
 
 __all__ = [
     "MAX_CLASSES",
+    "EmptyInputError",
+    "empty_labels_error",
     "Encoding",
     "order_classes",
     "missing_columns_error",
@@ -108,6 +110,14 @@ def order_classes(values: list[str]) -> list[str]:
         return sorted(values, key=lambda v: (float(v), v))
     except ValueError:
         return sorted(values)
+
+
+class EmptyInputError(InputError):
+    """The labels have no rows (raised by both readers with :func:`empty_labels_error`)."""
+
+
+def empty_labels_error(source: str) -> EmptyInputError:
+    return EmptyInputError(f"labels at {source!r} have no rows; there is nothing to aggregate.")
 
 
 def missing_columns_error(

@@ -1,7 +1,8 @@
 """The one saved-model format: what a fitted model is, and its global parameters, as data only.
 
-A saved model is a folder (``<run output>/model/`` on the command line, ``<path>/model/`` of a
-``crowdspark.ml`` model saved with ``model.write().save(path)``):
+A saved model is a folder (``<run output>/_model/`` on the command line, ``<path>/_model/`` of a
+``crowdspark.ml`` model saved with ``model.write().save(path)``; the ``_`` prefix makes Spark's and pandas'
+readers skip it; the ``model/`` folder of results written by crowdspark 0.1 reads too):
 
 * ``model.json``: ``format`` (:data:`FORMAT`), ``crowdspark`` (the version that wrote it), ``algorithm``,
   ``parameters`` (every hyperparameter of the model, including ``seed``), ``classes`` (the posterior
@@ -44,7 +45,9 @@ FORMAT = 2
 #: formats this version reads
 READABLE_FORMATS = (1, 2)
 #: the saved model's folder inside a run's output or a crowdspark.ml save
-MODEL_FOLDER = "model"
+MODEL_FOLDER = "_model"
+#: the folder name in results written by crowdspark 0.1 (read, never written)
+LEGACY_MODEL_FOLDER = "model"
 MODEL_FILE = "model.json"
 PARAMS_FILE = "params.npz"
 INIT_STATS_FILE = "init_stats.npz"
@@ -110,9 +113,9 @@ def _join(folder: str, name: str) -> str:
 
 
 def find_model_folder(path: str, files: Files) -> str | None:
-    """The saved-model folder ``path`` names: ``path`` itself (it holds ``model.json``), or its ``model/``
-    (a run's output or a ``crowdspark.ml`` save); ``None`` when neither holds one."""
-    for folder in (path, _join(path, MODEL_FOLDER)):
+    """The saved-model folder ``path`` names: ``path`` itself (it holds ``model.json``), or the ``_model/`` (in
+    0.1 results ``model/``) of a run's output or a ``crowdspark.ml`` save; ``None`` when none holds one."""
+    for folder in (path, _join(path, MODEL_FOLDER), _join(path, LEGACY_MODEL_FOLDER)):
         if files.exists(_join(folder, MODEL_FILE)):
             return folder
     return None

@@ -1,19 +1,18 @@
-"""Writing a run's result directory so that a failed run never leaves a directory that looks complete.
+"""Writing a run's result directory so that a failed or killed run never leaves a directory that looks
+complete, and the next run of the same output finishes or rolls back what a killed one left.
 
 Everything is first written into a staging directory beside the destination
-(``<dir>.crowdspark-staging-<id>``, marked as ``staging`` from its creation); ``summary.json`` is written
-last, and only then is the staging directory marked as a ``result`` and renamed to the destination (an
-existing destination is moved aside first and deleted after).  A failed run removes its staging
-directory; a killed one leaves only a directory whose name and marker say it is staging, without being
-mistaken for a result.  Local paths use ``os.rename``; other filesystems (HDFS, S3A ...) use Hadoop's
-``FileSystem.rename`` through the SparkContext.
+(``<parent>/_crowdspark-staging-<name>-<id>``, marked as ``staging`` from its creation; readers skip ``_``
+names); ``summary.json`` is written last, then the commit (:meth:`StagedOutput.commit`) is a journaled switch
+that :func:`recover` completes or rolls back after a kill.  Local paths use ``os.rename``; other filesystems
+(HDFS, S3A ...) use Hadoop's ``FileSystem.rename`` through the SparkContext.
 
 What may be replaced follows the deletion rule of :mod:`crowdspark.io.marker`: :func:`check_output` refuses,
 before a run reads anything, an ``--output`` that is a file, a directory that is neither empty nor a
 crowdspark result (or, with ``--run-id``, a run root), and one that is, is inside or contains an input;
 :meth:`StagedOutput.commit` checks the destination again before it moves it aside.
 
-A result holds ``items/`` and ``workers/`` (:mod:`crowdspark.io.tables`), ``model/``
+A result holds ``items/`` and ``workers/`` (:mod:`crowdspark.io.tables`), ``_model/``
 (:mod:`crowdspark.io.saved_model`) and ``summary.json``.  With a run id, results go to
 ``<output>/run_id=<id>/`` and ``<output>/_LATEST.json`` is moved to the new run only after it is complete.
 """
@@ -23,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import uuid
 from typing import Any
 
@@ -42,27 +42,60 @@ from crowdspark.io.marker import (
     write_marker,
 )
 from crowdspark.io.paths import is_local, strip_file_scheme
+from crowdspark.io.runs import run_directory
 from crowdspark.io.tables import to_jsonable
 
 __all__ = [
+    "STAGING_PREFIX",
+    "OLD_PREFIX",
     "StagedOutput",
+    "recover",
     "check_replaceable",
     "check_run_root",
     "make_run_root",
     "check_output",
-    "run_directory",
-    "write_latest",
 ]
 
 log = logging.getLogger(__name__)
 
 
+STAGING_PREFIX = "_crowdspark-staging-"
+OLD_PREFIX = "_crowdspark-old-"
+
+
+def _sibling(destination: str, prefix: str) -> str:
+    """A new path beside ``destination``: ``<parent>/<prefix><name>-<random>``."""
+    parent, _, name = destination.rpartition("/")
+    return f"{parent or '.'}/{prefix}{name}-{uuid.uuid4().hex[:12]}"
+
+
+#: the names crowdspark 0.1 gave the same directories (``<name>.crowdspark-staging-<id>``), recovered too
+_LEGACY_INFIX = {STAGING_PREFIX: ".crowdspark-staging-", OLD_PREFIX: ".crowdspark-old-"}
+
+
+def _siblings(files: Files, destination: str, prefix: str) -> list[str]:
+    """The paths beside ``destination`` made with :func:`_sibling` and ``prefix`` (or named as by 0.1)."""
+    parent, _, name = destination.rpartition("/")
+    parent = parent or "."
+    if not files.is_dir(parent):
+        return []
+    stems = (f"{prefix}{name}-", f"{name}{_LEGACY_INFIX[prefix]}")
+    return [f"{parent}/{n}" for n in files.list(parent)
+            if any(n.startswith(stem) and len(n) == len(stem) + 12 for stem in stems)]
+
+
 class StagedOutput:
     """A staging directory that becomes ``destination`` on :meth:`commit`.
 
-    The staging directory carries crowdspark's marker (kind ``staging``) from its creation; at commit the
-    marker becomes ``kind`` and the directory is renamed to ``destination``.  An existing destination is
-    replaced only if it is empty or a crowdspark directory of ``kind`` (:func:`check_replaceable`).
+    The staging directory, ``<parent>/_crowdspark-staging-<name>-<id>`` (Spark, Hive and pandas skip names
+    that start with ``_``, so a killed run never looks like a result to readers), carries crowdspark's marker
+    (kind ``staging``, the destination, the writer's process and host) from its creation.  :meth:`commit` is a
+    journaled switch: the marker records that the staged result is complete; an existing destination is moved
+    aside (``_crowdspark-old-<name>-<id>``); the staging directory is renamed to the destination and marked as
+    ``kind``; the old one is deleted.  A run killed anywhere in between leaves a state that :func:`recover`
+    completes or rolls back on the next run of the same output, so ``destination`` is always either the old or
+    the new result.  An existing destination is replaced only if it is empty or a crowdspark directory of
+    ``kind`` (:func:`check_replaceable`).
 
     Parameters
     ----------
@@ -78,14 +111,18 @@ class StagedOutput:
         self.destination = destination.rstrip("/")
         self.local = is_local(self.destination)
         self.kind = kind
-        self.staging = f"{self.destination}.crowdspark-staging-{uuid.uuid4().hex[:12]}"
+        self.staging = _sibling(self.destination, STAGING_PREFIX)
         self._spark = spark
         self._files = files_for(self.destination, spark)
         if self.local:
             os.makedirs(strip_file_scheme(self.staging), exist_ok=False)
         else:
             self._files.mkdirs(self.staging)
-        write_marker(self._files, self.staging, STAGING, destination=self.destination, final_kind=kind)
+        self._mark(complete=False)
+
+    def _mark(self, complete: bool) -> None:
+        write_marker(self._files, self.staging, STAGING, destination=self.destination, final_kind=self.kind,
+                     complete=complete, pid=os.getpid(), host=socket.gethostname())
 
     def path(self, name: str) -> str:
         """Path of ``name`` inside the staging directory."""
@@ -101,7 +138,7 @@ class StagedOutput:
         self._files.write_bytes(self.path(name), data)
 
     def commit(self) -> None:
-        """Make the staged result the destination (moving an older result aside, then deleting it).
+        """Make the staged result the destination (see the class docstring for the steps).
 
         Raises
         ------
@@ -111,20 +148,18 @@ class StagedOutput:
         """
         files, dest = self._files, self.destination
         check_replaceable(files, dest, self.kind)
+        self._mark(complete=True)
         old = None
         if files.exists(dest):
             if is_empty_dir(files, dest):
                 files.delete(dest, recursive=False)
             else:
-                old = f"{dest}.crowdspark-old-{uuid.uuid4().hex[:12]}"
+                old = _sibling(dest, OLD_PREFIX)
                 files.rename(dest, old)
-        write_marker(files, self.staging, self.kind)
         files.rename(self.staging, dest)
+        write_marker(files, dest, self.kind)
         if old is not None:
-            try:
-                delete_owned(files, old, (self.kind,), f"Delete {old!r} by hand.")
-            except (ConfigError, OSError) as exc:
-                log.warning("the previous %s was moved aside to %s and kept: %s", self.kind, old, exc)
+            _delete_leftover(files, old, self.kind)
         log.info("results written to %s", self.destination)
 
     def abort(self) -> None:
@@ -135,12 +170,73 @@ class StagedOutput:
         except Exception:  # pragma: no cover - best effort on a failing run
             log.warning("could not remove staging directory %s", self.staging)
 
-    def __enter__(self) -> "StagedOutput":
+    def __enter__(self) -> StagedOutput:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self.abort()
+
+
+def _delete_leftover(files: Files, path: str, kind: str) -> None:
+    try:
+        delete_owned(files, path, (kind, STAGING), f"Delete {path!r} by hand.")
+    except (ConfigError, OSError) as exc:
+        log.warning("kept %s: %s", path, exc)
+
+
+def _complete_staging(files: Files, destination: str) -> str | None:
+    """A staging directory of ``destination`` whose result is complete (the newest), if any."""
+    complete = []
+    for path in _siblings(files, destination, STAGING_PREFIX):
+        marker = read_marker(files, path) or {}
+        if marker.get("kind") == STAGING and marker.get("complete") and marker.get("destination") == destination:
+            complete.append((marker.get("created_at", ""), path))
+    return max(complete)[1] if complete else None
+
+
+def recover(destination: str, spark: Any = None, kind: str = RESULT) -> str | None:
+    """Complete or roll back the commit of a run of ``destination`` that was killed, and remove its leftovers.
+
+    Call it while holding the destination's lock (:class:`crowdspark.io.lock.OutputLock`): every staging or
+    moved-aside directory of ``destination`` then belongs to a run that is gone.
+
+    * the destination still carries the staging marker: the rename happened, the final marker did not: mark it;
+    * no destination, a complete staging directory: the switch was interrupted: finish it;
+    * no destination, no complete staging, a moved-aside old result: roll back to it;
+    * then delete the other staging directories and moved-aside results of ``destination`` (marker checked).
+
+    Returns
+    -------
+    str or None
+        What was done (for the log and the run summary), ``None`` when there was nothing to do.
+    """
+    destination = destination.rstrip("/")
+    files = files_for(destination, spark)
+    done = []
+    marker = read_marker(files, destination) if files.is_dir(destination) else None
+    if marker is not None and marker.get("kind") == STAGING and marker.get("complete"):
+        write_marker(files, destination, marker.get("final_kind", kind))
+        done.append("marked the committed result")
+    if not files.exists(destination):
+        staged = _complete_staging(files, destination)
+        olds = _siblings(files, destination, OLD_PREFIX)
+        if staged is not None:
+            files.rename(staged, destination)
+            write_marker(files, destination, kind)
+            done.append(f"finished an interrupted commit ({staged})")
+        elif olds:
+            newest = max(olds, key=lambda path: (read_marker(files, path) or {}).get("created_at", ""))
+            files.rename(newest, destination)
+            done.append(f"restored the previous result moved aside by an interrupted commit ({newest})")
+    for path in _siblings(files, destination, STAGING_PREFIX) + _siblings(files, destination, OLD_PREFIX):
+        _delete_leftover(files, path, kind)
+        done.append(f"removed {path}")
+    if not done:
+        return None
+    report = f"recovered {destination}: " + "; ".join(done)
+    log.warning("%s", report)
+    return report
 
 
 def check_replaceable(files: Files, destination: str, kind: str = RESULT, flag: str = "--output") -> None:
@@ -236,7 +332,11 @@ def check_output(
     ------
     ConfigError
     """
+    if not output_dir.strip():
+        raise ConfigError("--output is empty; give the folder the results go to (created if missing)")
     files = files_for(output_dir, spark)
+    if len(path_components(output_dir, files)) == 1:
+        raise ConfigError(f"--output {output_dir!r} is the root of a file system; give a folder inside it")
     _check_no_overlap(output_dir, inputs or {}, files, spark)
     if run_id is None:
         check_replaceable(files, output_dir.rstrip("/"), kind)
@@ -263,25 +363,3 @@ def _check_no_overlap(output_dir: str, inputs: dict[str, str | None], files: Fil
             f"--output {output_dir!r} {how}: the run would replace or mix with what it reads. "
             f"Choose an --output outside {path!r} that does not contain it"
         )
-
-
-def run_directory(output_dir: str, run_id: str) -> str:
-    """Where run ``run_id`` writes: ``<output_dir>/run_id=<run_id>``."""
-    if not run_id or any(ch in run_id for ch in "/\\=") or run_id.startswith((".", "_")):
-        raise ConfigError(f"--run-id must be a plain name such as 2026-11-25 (no '/', '=', leading '.' or '_'), but got {run_id!r}")
-    return f"{output_dir.rstrip('/')}/run_id={run_id}"
-
-
-def write_latest(output_dir: str, run_id: str, run_path: str, spark: Any = None) -> None:
-    """Point ``<output_dir>/_LATEST.json`` at a completed run (written aside, then renamed over the old one)."""
-    from datetime import datetime, timezone
-
-    payload = json.dumps(
-        {"run_id": run_id, "path": run_path, "completed_at": datetime.now(timezone.utc).isoformat()}, indent=2
-    ).encode("utf-8")
-    final = f"{output_dir.rstrip('/')}/_LATEST.json"
-    tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
-    files = files_for(output_dir, spark)
-    files.write_bytes(tmp, payload)
-    files.replace(tmp, final)
-    log.info("%s now points at run %s", final, run_id)

@@ -43,6 +43,7 @@ from crowdspark.io.rules import (
     csv_row_error,
     decide_classes,
     duplicate_columns_error,
+    empty_labels_error,
     gold_conflict_error,
     gold_outside_error,
     gold_unmatched_warning,
@@ -65,6 +66,7 @@ __all__ = [
     "prepare_labels_spark",
     "SparkGold",
     "prepare_gold_spark",
+    "listed_files",
     "block_rdd",
     "gold_items_without_labels",
     "gold_unmatched_spark",
@@ -221,6 +223,29 @@ def spark_input_errors(what: str, source: str):
         raise error from exc
 
 
+def listed_files(spark, frame, limit: int = 10000) -> list[tuple[str, int, float]] | None:
+    """``(path, bytes, modified seconds)`` of each file behind ``frame``, from the filesystem's listing (no
+    Spark job); ``None`` when the frame has no input files, a file cannot be listed, or there are more than
+    ``limit`` files (one listing call per file: too slow on an object store beyond that)."""
+    try:
+        files = frame.inputFiles()
+    except Exception:  # noqa: BLE001 - a plan without file sources
+        return None
+    if not files or len(files) > limit:
+        return None
+    jvm = spark.sparkContext._jvm
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    out = []
+    for name in files:
+        try:
+            path = jvm.org.apache.hadoop.fs.Path(name)
+            status = path.getFileSystem(hadoop).getFileStatus(path)
+        except Exception:  # noqa: BLE001 - unreadable listing: do not guess
+            return None
+        out.append((str(name), int(status.getLen()), int(status.getModificationTime()) / 1000.0))
+    return out
+
+
 def input_bytes(spark, frame, limit: int) -> int | None:
     """Total size of the files behind ``frame``, from the filesystem's listing (no Spark job).
 
@@ -337,7 +362,7 @@ def _validate_labels(frame, cfg: InputConfig, cols: dict[str, str], source: str)
     aggs = [F.count(F.lit(1)).alias("rows")] + [F.sum(F.col(role).isNull().cast("long")).alias(role) for role in cols]
     row = frame.agg(*aggs).collect()[0]
     if row["rows"] == 0:
-        raise InputError(f"labels at {source!r} have no rows; there is nothing to aggregate.")
+        raise empty_labels_error(source)
     for role, column in cols.items():
         if row[role]:
             raise null_error("labels", source, column, int(row[role]))
@@ -368,8 +393,9 @@ class SparkGold:
     n_items: int = 0
 
 
-def prepare_gold_spark(frame, cfg: GoldConfig, classes: list[str], source: str) -> SparkGold:
-    """Validate a gold DataFrame (see :func:`crowdspark.io.pandas_reader.prepare_gold`)."""
+def prepare_gold_spark(frame, cfg: GoldConfig, classes: list[str], source: str, label_items=None) -> SparkGold:
+    """Validate a gold DataFrame (see :func:`crowdspark.io.pandas_reader.prepare_gold`; ``label_items`` is a
+    DataFrame with the column ``item``, joined only when some gold truth is outside ``classes``)."""
     from pyspark.sql import functions as F
 
     cols = {"item": cfg.item, "truth": cfg.truth}
@@ -384,6 +410,10 @@ def prepare_gold_spark(frame, cfg: GoldConfig, classes: list[str], source: str) 
             raise InputError(f"gold at {source!r}: column {column!r} has {row[role]} null value(s); remove these rows.")
     truths = [r[0] for r in frame.select("truth").distinct().limit(len(classes) + 11).collect()]
     outside = sorted(set(truths) - set(classes))
+    if outside and label_items is not None:
+        with spark_input_errors("gold", source):
+            scored = frame.filter(F.col("truth").isin(outside)).join(label_items, on="item", how="left_semi")
+            outside = sorted(r[0] for r in scored.select("truth").distinct().collect())
     if outside:
         raise gold_outside_error(source, cfg.truth, outside, list(classes))
     per_item = frame.groupBy("item").agg(F.countDistinct("truth").alias("n"))
@@ -419,7 +449,7 @@ def _sorted_item_codes(column) -> tuple[np.ndarray, np.ndarray]:
     return codes, uniques
 
 
-def _blocks_from_arrow(batches: Iterator, encoding: Encoding, max_labels: int) -> Iterator:
+def _blocks_from_arrow(batches: Iterator, encoding: Encoding, max_labels: int, split=None) -> Iterator:
     """mapInArrow function: one partition's label rows -> pickled blocks (one row each).
 
     Encoding stays in Arrow (C++) until the per-item ids: no Python object per label is created.
@@ -441,11 +471,11 @@ def _blocks_from_arrow(batches: Iterator, encoding: Encoding, max_labels: int) -
     truth = _codes(table["truth"], encoding.classes) if "truth" in table.column_names else None
     codes, uniques = _sorted_item_codes(table["item"])
     del table, batches
-    for block in blocks_from_codes(codes, uniques, worker, label, truth, max_labels=max_labels):
+    for block in blocks_from_codes(codes, uniques, worker, label, truth, max_labels=max_labels, split=split):
         yield pa.RecordBatch.from_pydict({"block": [pickle.dumps(block, protocol=5)]})
 
 
-def block_rdd(labels: SparkLabels, gold: SparkGold | None, n_partitions: int, max_labels: int):
+def block_rdd(labels: SparkLabels, gold: SparkGold | None, n_partitions: int, max_labels: int, split=None):
     """The RDD of :class:`~crowdspark.block.Block`, partitioned by item, not yet cached.
 
     Parameters
@@ -456,12 +486,14 @@ def block_rdd(labels: SparkLabels, gold: SparkGold | None, n_partitions: int, ma
     n_partitions : int
     max_labels : int
         Largest number of labels in one block.
+    split : crowdspark.block.GoldSplit, optional
+        Which gold items the fit holds fixed (the rest are held out for scoring).
     """
     frame = labels.frame
     if gold is not None:
         frame = frame.join(gold.frame, on="item", how="left")
     frame = frame.repartition(n_partitions, "item")
-    fn = partial(_blocks_from_arrow, encoding=labels.encoding, max_labels=max_labels)
+    fn = partial(_blocks_from_arrow, encoding=labels.encoding, max_labels=max_labels, split=split)
     blobs = frame.mapInArrow(fn, "block binary")
     return blobs.rdd.map(_unpickle_block)
 

@@ -60,11 +60,11 @@ Save format (``model.write().save(path)``, ``CrowdAggregatorModel.load(path)``)
     pyspark.ml's metadata (one JSON line: ``class``, ``uid``, ``paramMap``, ``defaultParamMap``,
     ``sparkVersion``) plus ``crowdspark``: ``format`` (:data:`crowdspark.io.saved_model.FORMAT`), ``summary`` and
     ``has_items``.
-``path/model/``
+``path/_model/``
     The saved model in crowdspark's one format (:mod:`crowdspark.io.saved_model`): what the command line writes to
-    a run's ``model/``, so ``--warm-start path`` starts from it, and ``CrowdAggregatorModel.load`` also
+    a run's ``_model/``, so ``--warm-start path`` starts from it, and ``CrowdAggregatorModel.load`` also
     loads a command-line run's output (its Params then come from the saved model).  Models saved in format 1
-    (a Parquet table of arrays) still load.
+    (a Parquet table of arrays, crowdspark 0.1) load too.
 ``path/workers/``, ``path/items/``
     Parquet: the worker table and the fitted item table (no ``items/`` after :meth:`~CrowdAggregatorModel.close`).
 

@@ -39,7 +39,7 @@ from crowdspark.block import Block
 from crowdspark.stats import Stats
 from crowdspark.validation import coerce_fields
 
-__all__ = ["Model", "ItemResult", "Update", "State", "Schedule", "Preset", "LevelModel"]
+__all__ = ["Model", "ItemResult", "Update", "State", "Schedule", "Preset", "LevelModel", "no_worker_start"]
 
 State = dict[str, np.ndarray] | None
 
@@ -152,6 +152,8 @@ class Model:
     #: whether the fit itself draws per-item random numbers (keyed by the item's id, :mod:`crowdspark.rng`),
     #: beyond breaking ties of the final labels: renaming the items then gives another draw of the answer
     random_fit: bool = False
+    #: whether the model learns from gold in the fit only (``Block.fixed``): a run without it is a ConfigError
+    needs_fit_gold: bool = False
 
     @property
     def schedule(self) -> Schedule:
@@ -202,7 +204,8 @@ class Model:
         :meth:`warm_start` reads and what :meth:`finish_block` needs without per-item state; default: all."""
         return dict(params)
 
-    def warm_start(self, params: Any, previous: dict[str, np.ndarray], old_index: np.ndarray) -> Any:
+    def warm_start(self, params: Any, previous: dict[str, np.ndarray], old_index: np.ndarray,
+                   workers_only: bool = False) -> Any:
         """Start from a previous run's exported parameters.
 
         Parameters
@@ -210,38 +213,67 @@ class Model:
         params : Any
             This run's initial parameters (from its own initialization).
         previous : dict of str to ndarray
-            The previous run's :meth:`export_params`.
+            The previous run's :meth:`export_params`, or with ``workers_only`` the :meth:`worker_start` of a
+            worker table.
         old_index : ndarray of int64, shape (K,)
-            Each worker's index in the previous run, ``-1`` for a worker seen for the first time (it keeps
-            this run's initial values).
+            Each worker's index in the previous run (or table), ``-1`` for a worker seen for the first time (it
+            keeps this run's initial values).
+        workers_only : bool
+            Set the :attr:`worker_params` only; the shared values (class and level proportions) stay this run's.
         """
-        from crowdspark.errors import ConfigError
+        from crowdspark.errors import RUN_COLD, ConfigError, IncompatibleModelError
 
         if not self.worker_params and not self.shared_params:
             raise ConfigError(f"{self.name} does not support a warm start; run it without --warm-start")
         new = dict(params)
         known = old_index >= 0
-        for key in self.worker_params + self.shared_params:
+        shared = () if workers_only else self.shared_params
+        for key in self.worker_params + shared:
             if key not in previous:
-                raise ConfigError(f"the warm-start model has no parameter {key!r}; run cold (without --warm-start)")
-            if np.shape(previous[key])[1 if key in self.worker_params else 0 :] != np.shape(params[key])[
-                1 if key in self.worker_params else 0 :
-            ]:
-                raise ConfigError(
+                raise IncompatibleModelError(f"the warm-start model has no parameter {key!r}; {RUN_COLD}")
+            axis = 1 if key in self.worker_params else 0
+            if np.shape(previous[key])[axis:] != np.shape(params[key])[axis:]:
+                raise IncompatibleModelError(
                     f"the warm-start model's {key!r} has shape {np.shape(previous[key])}, this run needs "
-                    f"{np.shape(params[key])}: the classes or levels changed, so run cold (without --warm-start)"
+                    f"{np.shape(params[key])}: the classes or levels changed, so {RUN_COLD}"
                 )
         for key in self.worker_params:
             values = np.array(params[key], copy=True)
             values[known] = previous[key][old_index[known]]
             new[key] = values
-        for key in self.shared_params:
+        for key in shared:
             new[key] = np.array(previous[key], copy=True)
         return new
+
+    def worker_start(self, confusion: np.ndarray, accuracy: np.ndarray) -> dict[str, np.ndarray]:
+        """The :attr:`worker_params` (in the form of :meth:`export_params`) that start workers from a worker
+        table (:mod:`crowdspark.io.worker_table`).
+
+        Parameters
+        ----------
+        confusion : ndarray of float64, shape (K', C, C)
+            Each listed worker's confusion matrix (rows sum to 1).
+        accuracy : ndarray of float64, shape (K',)
+            Each listed worker's share of right labels.
+
+        Raises
+        ------
+        ConfigError
+            For a model without worker parameters a table can set (the default).
+        """
+        raise no_worker_start(self.name)
 
     def summary(self, params: Any) -> dict[str, Any]:
         """Model-specific, JSON-serializable values for ``summary.json`` (global parameters etc.)."""
         return {}
+
+
+def no_worker_start(name: str) -> Exception:
+    """The ConfigError of a model (``name``) that cannot start its workers from a worker table."""
+    from crowdspark.errors import ConfigError
+
+    return ConfigError(f"{name} cannot start its workers from a worker table (it has no per-worker confusion or "
+                       "accuracy to start from); run it without --initial-workers")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from crowdspark.block import Block
 from crowdspark.rng import uniforms
 
 __all__ = [
+    "fix_scores",
+    "fix_labels",
     "vote_counts",
     "argmax_random_ties",
     "per_item_sum",
@@ -25,6 +27,68 @@ __all__ = [
     "shifted_exp",
     "normalize_rows",
 ]
+
+
+def _fixed_rows(block: Block) -> np.ndarray:
+    """Local indices of the items whose true class the fit holds fixed (``block.fixed >= 0``), int64;
+    memoized on the block like :func:`incidence`."""
+    rows = block.__dict__.get("_fixed_rows")
+    if rows is None:
+        rows = np.flatnonzero(block.fixed >= 0)
+        object.__setattr__(block, "_fixed_rows", rows)
+    return rows
+
+
+def fix_scores(block: Block, scores: np.ndarray, log: bool = True) -> np.ndarray:
+    """Per-item scores over the true class with the gold of the fit imposed (``Block.fixed``).
+
+    Every model passes its per-item scores through this kernel where it computes posteriors or draws, so an
+    item with gold in the fit gets its gold class: the E-step's responsibilities, a sampler's draws and the
+    final posterior put all their weight on it, and the worker parameters learn from it.
+
+    Parameters
+    ----------
+    scores : ndarray, shape (n, ..., C)
+        With ``log``: log scores (unnormalized log posteriors, the class axis last, other latent axes such as
+        levels before it); every class but the gold one becomes ``-inf``, so a normalization gives the
+        posterior given ``T_i = gold`` and its log normalizer is ``log p(L_i, T_i = gold)``.  Without ``log``:
+        shape (n, C), probabilities or non-negative weights; the row becomes the one-hot of the gold class.
+    log : bool
+
+    Returns
+    -------
+    ndarray, the shape and dtype of ``scores``
+        ``scores`` itself, changed in place when writable, else a changed copy (``scores`` when no item of
+        the block is fixed).
+    """
+    rows = _fixed_rows(block)
+    if rows.size == 0:
+        return scores
+    if not scores.flags.writeable:
+        scores = scores.copy()
+    gold = block.fixed[rows].astype(np.int64)
+    index = gold.reshape((-1,) + (1,) * (scores.ndim - 1))
+    if log:
+        kept = np.take_along_axis(scores[rows], index, axis=-1)
+        kept[np.all(np.isneginf(kept), axis=tuple(range(1, kept.ndim)))] = 0.0
+        fixed = np.full(scores[rows].shape, -np.inf, dtype=scores.dtype)
+    else:
+        kept = np.ones(index.shape, dtype=scores.dtype)
+        fixed = np.zeros(scores[rows].shape, dtype=scores.dtype)
+    np.put_along_axis(fixed, index, kept, axis=-1)
+    scores[rows] = fixed
+    return scores
+
+
+def fix_labels(block: Block, label: np.ndarray) -> np.ndarray:
+    """Per-item classes (n,) with the gold class of every item the fit holds fixed (a new array when some
+    item is fixed, else ``label``); for models whose answers are classes, not scores (a vote, a draw)."""
+    rows = _fixed_rows(block)
+    if rows.size == 0:
+        return label
+    out = np.array(label, copy=True)
+    out[rows] = block.fixed[rows]
+    return out
 
 
 def vote_counts(block: Block, n_classes: int) -> np.ndarray:

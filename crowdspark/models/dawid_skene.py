@@ -10,7 +10,9 @@ MAP estimate under a ``Dirichlet(1 + s)`` prior.
 The fit starts from majority-vote shares (an M-step on them), then alternates an E-step on every block
 (posteriors over T_i, in log space) and an M-step on the driver (counts -> parameters).  The objective is
 the log posterior per label, ``(log p(L | pi, alpha) + s * (sum log pi + sum log alpha)) / n_labels``,
-which EM never decreases.
+which EM never decreases.  Items with gold in the fit (``Block.fixed``) have ``T_i`` observed: their
+posterior is their gold class (:func:`~crowdspark.models.common.fix_scores`) and their term of the
+objective ``log p(L_i, T_i | pi, alpha)``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from crowdspark.models.base import ItemResult, Model, Schedule, State, Update
 from crowdspark.models.common import (
     argmax_random_ties,
     confusion_counts,
+    fix_scores,
     label_loglik,
     normalize_log,
     normalize_rows,
@@ -38,7 +41,7 @@ __all__ = ["DawidSkene", "ds_e_step", "ds_m_step"]
 
 
 def ds_e_step(block: Block, log_pi: np.ndarray, log_alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Posterior over the true class of each item.
+    """Posterior over the true class of each item (the gold class for an item with gold in the fit).
 
     Parameters
     ----------
@@ -49,9 +52,9 @@ def ds_e_step(block: Block, log_pi: np.ndarray, log_alpha: np.ndarray) -> tuple[
     -------
     posterior : ndarray, shape (n, C)
     log_evidence : ndarray, shape (n,)
-        ``log p(L_i | pi, alpha)`` per item.
+        ``log p(L_i | pi, alpha)`` per item (``log p(L_i, T_i | pi, alpha)`` for an item with gold in the fit).
     """
-    return normalize_log(log_alpha + label_loglik(block, log_pi), axis=1)
+    return normalize_log(fix_scores(block, log_alpha + label_loglik(block, log_pi)), axis=1)
 
 
 def ds_m_step(confusion: np.ndarray, classes: np.ndarray, smoothing: float) -> dict[str, np.ndarray]:
@@ -129,7 +132,7 @@ class DawidSkene(Model):
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         votes = vote_counts(block, self.n_classes)
-        shares = votes / votes.sum(axis=1, keepdims=True)
+        shares = fix_scores(block, votes / votes.sum(axis=1, keepdims=True), log=False)
         return None, _block_stats(block, shares, self.n_workers, self.n_classes)
 
     def init_params(self, stats: Stats) -> dict[str, Any]:
@@ -167,6 +170,10 @@ class DawidSkene(Model):
 
     def export_params(self, params: Any) -> dict[str, np.ndarray]:
         return {"log_pi": params["log_pi"], "log_alpha": params["log_alpha"]}
+
+    def worker_start(self, confusion: np.ndarray, accuracy: np.ndarray) -> dict[str, np.ndarray]:
+        """``log_pi`` from the table's confusion matrices (a zero cell floored at 1e-300)."""
+        return {"log_pi": np.log(np.maximum(confusion, 1e-300))}
 
     def summary(self, params: Any) -> dict[str, Any]:
         return {"class_proportions": np.exp(params["log_alpha"]).tolist()}

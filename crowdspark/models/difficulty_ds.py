@@ -71,6 +71,7 @@ from crowdspark.models.base import ItemResult, LevelModel, Schedule, State, Upda
 from crowdspark.models.common import (
     argmax_random_ties,
     confusion_counts,
+    fix_scores,
     label_loglik,
     normalize_log,
     normalize_rows,
@@ -296,12 +297,13 @@ def dds_e_step(block: Block, params: dict[str, np.ndarray]) -> tuple[np.ndarray,
     Returns
     -------
     resp : ndarray, shape (n, H, C)
-        ``p(Q_i = h, T_i = t | L_i)``; each item's table sums to 1.
+        ``p(Q_i = h, T_i = t | L_i)``; each item's table sums to 1 (and is 0 off its gold class for an item
+        with gold in the fit, :func:`~crowdspark.models.common.fix_scores`).
     log_evidence : ndarray, shape (n,)
-        ``log p(L_i | B, w, alpha, beta)``.
+        ``log p(L_i | B, w, alpha, beta)`` (``log p(L_i, T_i | ...)`` with gold in the fit).
     """
     table = params["log_beta"][None, :, None] + params["log_alpha"][None, None, :]
-    table = table + label_loglik(block, params["log_pi"])
+    table = fix_scores(block, table + label_loglik(block, params["log_pi"]))
     n, n_levels, n_classes = table.shape
     resp, log_evidence = normalize_log(table.reshape(n, n_levels * n_classes), axis=1)
     return resp.reshape(n, n_levels, n_classes), log_evidence
@@ -539,7 +541,7 @@ class DifficultyDawidSkene(LevelModel):
     # ---- initialization ------------------------------------------------------------------------------
     def init_block(self, block: Block) -> tuple[State, Stats]:
         votes = vote_counts(block, self.n_classes)
-        shares = votes / votes.sum(axis=1, keepdims=True)
+        shares = fix_scores(block, votes / votes.sum(axis=1, keepdims=True), log=False)
         return None, {
             "confusion": confusion_counts(block, shares, self.n_workers, self.n_classes),
             "classes": shares.sum(axis=0),
@@ -666,18 +668,25 @@ class DifficultyDawidSkene(LevelModel):
         :meth:`finish_block` reads (``log_pi``)."""
         return {key: params[key] for key in self.worker_params + self.shared_params + ("log_pi",)}
 
-    def warm_start(self, params: Any, previous: dict[str, np.ndarray], old_index: np.ndarray) -> Any:
+    def warm_start(self, params: Any, previous: dict[str, np.ndarray], old_index: np.ndarray,
+                   workers_only: bool = False) -> Any:
         """Known workers' base matrices and the class/level values of a previous run (same C and H); the
         noise distributions and the prior stay this run's, ``log_pi`` is rebuilt, the levels are open from
-        the start.  A saved model without class penalties (no ``d``) starts from ``d = 0``."""
+        the start.  A saved model without class penalties (no ``d``) starts from ``d = 0``.  With
+        ``workers_only`` (a worker table) only the base matrices change: the levels keep this run's start."""
         previous = dict(previous)
         previous.setdefault("d", np.zeros_like(params["d"]))
-        new = super().warm_start(params, previous, old_index)
+        new = super().warm_start(params, previous, old_index, workers_only)
         if not self.learn_penalty:
             new["d"] = np.zeros_like(new["d"])
-        new["stage"] = 1
+        if not workers_only:
+            new["stage"] = 1
         new["log_pi"] = level_log_pi(new["log_B"], new["w"], new["log_noise"], new["d"])
         return new
+
+    def worker_start(self, confusion: np.ndarray, accuracy: np.ndarray) -> dict[str, np.ndarray]:
+        """``log_B`` from the table's confusion matrices (a zero cell floored at 1e-300)."""
+        return {"log_B": np.log(np.maximum(confusion, 1e-300))}
 
     def evidence_block(self, block: Block, params: Any) -> Stats:
         """``log_evidence`` = ``sum_i log p(L_i | B, w, d, alpha, beta)``; ``entropy`` = ``-sum_i sum_h r_ih

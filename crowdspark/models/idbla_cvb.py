@@ -70,7 +70,7 @@ from scipy.special import gammaln
 from crowdspark.block import Block
 from crowdspark.metrics import gold_stats
 from crowdspark.models.base import ItemResult, Schedule, State, Update
-from crowdspark.models.common import argmax_random_ties, confusion_counts, normalize_log, tie_uniforms
+from crowdspark.models.common import argmax_random_ties, confusion_counts, fix_scores, normalize_log, tie_uniforms
 from crowdspark.models.idbla_init import IdblaInit, level_worker_table
 from crowdspark.stats import Stats
 from crowdspark.validation import check_bool, check_float, check_int
@@ -387,7 +387,7 @@ def update_lambda(
     Returns
     -------
     ndarray, shape (n, C)
-        Rows sum to 1.
+        Rows sum to 1; the one-hot of the gold class for an item with gold in the fit.
     """
     own_t, own_q = (lam, rho) if exclude else (None, None)
     score = count_term(tables["n_t"], tables["n_t_sq"], own_t, priors.gamma_alpha, priors.second_order)
@@ -398,7 +398,7 @@ def update_lambda(
     score = score + _label_term(
         block, tables, "n_l", "s_hh", rho, own_t, own_q, mult, omega, omega_dot, priors.second_order
     )
-    return normalize_log(np.broadcast_to(score, lam.shape), axis=1)[0]
+    return normalize_log(fix_scores(block, np.broadcast_to(score, lam.shape)), axis=1)[0]
 
 
 def update_rho(

@@ -66,6 +66,7 @@ from crowdspark.block import Block
 from crowdspark.models.base import ItemResult, Preset, Schedule, State, Update
 from crowdspark.models.common import (
     argmax_random_ties,
+    fix_scores,
     label_loglik,
     normalize_log,
     shifted_exp,
@@ -386,7 +387,8 @@ class IdblaGibbs(IdblaInit):
 
     def joint_log_table(self, block: Block, tables: dict[str, np.ndarray]) -> np.ndarray:
         """``log alpha_t + log beta_h + ll[i, h, t]``, shape (n, H, C), a new Fortran-ordered array of the
-        tables' dtype.
+        tables' dtype; ``-inf`` off the gold class of an item with gold in the fit, so the draws of ``T_i``
+        and every posterior take that class (:func:`~crowdspark.models.common.fix_scores`).
 
         ``tables`` as made by :meth:`log_tables`; single-precision tables are used in double precision for a
         block with an item of more than ``SINGLE_PRECISION_MAX_LABELS`` labels (see ``SWEEP_DTYPE``).
@@ -395,7 +397,7 @@ class IdblaGibbs(IdblaInit):
             tables = {key: value.astype(np.float64) for key, value in tables.items()}
         table = label_loglik(block, tables["log_pi"])  # (n, H, C), a new array
         table += tables["log_prior"]
-        return table
+        return fix_scores(block, table)
 
     def _draw_paper(
         self, block: Block, state: dict[str, np.ndarray], table: np.ndarray, sweep: int
@@ -519,6 +521,11 @@ class IdblaGibbs(IdblaInit):
 
     def export_params(self, params: Any) -> dict[str, np.ndarray]:
         return self.final_params(params)
+
+    def worker_start(self, confusion: np.ndarray, accuracy: np.ndarray) -> dict[str, np.ndarray]:
+        """``pi``: the table's confusion matrix on every learned level (fixed levels keep their matrices)."""
+        shape = (confusion.shape[0], self.n_levels) + confusion.shape[1:]
+        return {"pi": self._apply_fixed(np.broadcast_to(confusion[:, None], shape).copy())}
 
     def worker_table(self, params: Any, init_stats: Stats) -> dict[str, np.ndarray]:
         final = self.final_params(params)

@@ -19,7 +19,8 @@ particular not the levels).  ``epsilon_bound`` bounds ``s`` (not epsilon) for th
 Passes (each a map over blocks and a sum on the driver)
 -------------------------------------------------------
 1. ``init_block``: ``T`` = majority vote (ties broken by :func:`crowdspark.rng.uniforms`, sweep 0,
-   stream 0); additive per-worker counts of labels and of labels equal to ``T``.
+   stream 0), the gold class for items with gold in the fit (``Block.fixed``); additive per-worker counts of
+   labels and of labels equal to ``T``.
    ``init_params``: ``R[k]`` and ``lambda[k]``.
 2. ``init_round(round=1)``: per-item ``s[i]`` maximizing the concave log-likelihood of eq. 25 by
    safeguarded Newton steps (Newton inside a shrinking bracket, bisection when Newton leaves it), clipped
@@ -60,7 +61,15 @@ import numpy as np
 
 from crowdspark.block import Block
 from crowdspark.models.base import LevelModel, State
-from crowdspark.models.common import label_cells, label_loglik, normalize_log, normalize_rows, per_item_sum
+from crowdspark.models.common import (
+    fix_labels,
+    fix_scores,
+    label_cells,
+    label_loglik,
+    normalize_log,
+    normalize_rows,
+    per_item_sum,
+)
 from crowdspark.models.majority_vote import majority_labels
 from crowdspark.rng import uniforms
 from crowdspark.stats import Stats
@@ -314,6 +323,7 @@ class IdblaInit(LevelModel):
             T = np.minimum((u * self.n_classes).astype(np.int32), self.n_classes - 1)
         else:
             _, T = majority_labels(block, self.n_classes, self.seed)
+        T = fix_labels(block, T)
         agree = (block.label == T[block.item_of_label]).astype(np.float64)
         stats = {
             "worker_labels": np.bincount(block.worker, minlength=self.n_workers).astype(np.float64),
@@ -393,6 +403,7 @@ class IdblaInit(LevelModel):
         log_prior = np.log(final["beta"])[:, None] + np.log(final["alpha"])[None, :]
         table = label_loglik(block, np.log(np.maximum(final["pi"], 1e-300)))  # (n, H, C)
         table += log_prior
+        table = fix_scores(block, table)
         n = table.shape[0]
         probs, log_evidence = normalize_log(table.reshape(n, -1), axis=1)
         entropy = -(probs * np.log(np.maximum(probs, 1e-300))).sum()

@@ -2,7 +2,8 @@
 
 Each item's predicted label is its most frequent label; ties are broken uniformly at random by a draw keyed
 on (seed, item key), so the choice does not depend on partitioning.  The posterior is the vote shares.
-Workers are described by their agreement with the majority label.
+Workers are described by their agreement with the majority label.  Items with gold in the fit
+(``Block.fixed``) get their gold class, and workers are compared with it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ import numpy as np
 
 from crowdspark.block import Block
 from crowdspark.models.base import ItemResult, Model, State
-from crowdspark.models.common import argmax_random_ties, confusion_counts, tie_uniforms, vote_counts
+from crowdspark.models.common import (
+    argmax_random_ties,
+    confusion_counts,
+    fix_labels,
+    fix_scores,
+    tie_uniforms,
+    vote_counts,
+)
 from crowdspark.stats import Stats
 
 __all__ = ["MajorityVote", "majority_labels"]
@@ -65,6 +73,7 @@ class MajorityVote(Model):
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         _, label = majority_labels(block, self.n_classes, self.seed)
+        label = fix_labels(block, label)
         agreement = confusion_counts(block, one_hot(label, self.n_classes), self.n_workers, self.n_classes)
         return None, {"agreement": agreement}
 
@@ -73,10 +82,12 @@ class MajorityVote(Model):
 
     def finish_block(self, block: Block, state: State, params: Any) -> ItemResult:
         votes, label = majority_labels(block, self.n_classes, self.seed)
-        return ItemResult(posterior=votes / votes.sum(axis=1, keepdims=True), label=label)
+        posterior = fix_scores(block, votes / votes.sum(axis=1, keepdims=True), log=False)
+        return ItemResult(posterior=posterior, label=fix_labels(block, label))
 
     def worker_table(self, params: Any, init_stats: Stats) -> dict[str, np.ndarray]:
-        """Confusion against the majority label (rows: majority class; NaN rows: never seen)."""
+        """Confusion against the majority label, or the gold of the fit (rows: that class; NaN rows: never
+        seen)."""
         counts = params["agreement"]  # (K, C, C)
         n_labels = counts.sum(axis=(1, 2))
         with np.errstate(invalid="ignore", divide="ignore"):

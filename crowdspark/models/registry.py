@@ -25,9 +25,14 @@ from crowdspark.faces import display_key, field_name
 from crowdspark.models.base import LevelModel, Model
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.models.difficulty_ds import DifficultyDawidSkene
+from crowdspark.models.gold_majority_vote import GoldMajorityVote
 from crowdspark.models.idbla_cvb import IdblaCvb, IdblaCvb0
 from crowdspark.models.idbla_gibbs import Bcc, FixedIdbla, IdblaGibbs
 from crowdspark.models.majority_vote import MajorityVote
+from crowdspark.models.kos import Kos
+from crowdspark.models.mmsr import Mmsr
+from crowdspark.models.wawa import Wawa
+from crowdspark.models.zero_based_skill import ZeroBasedSkill
 from crowdspark.validation import check_choice, check_int, did_you_mean
 
 __all__ = ["MODELS", "ALGORITHMS", "PRESETS", "RUN_KEYS", "register", "algorithm_names", "hyperparameters",
@@ -49,6 +54,11 @@ MODELS: tuple[type[Model], ...] = (
     IdblaCvb,
     IdblaCvb0,
     DifficultyDawidSkene,
+    Wawa,
+    ZeroBasedSkill,
+    Kos,
+    Mmsr,
+    GoldMajorityVote,
 )
 
 #: algorithm name -> model class

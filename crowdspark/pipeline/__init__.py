@@ -11,7 +11,13 @@ written; the engine hands back item results the same way (``Engine.items``).
 """
 
 from crowdspark.pipeline.fit import Fitted, RunOptions
-from crowdspark.pipeline.run import RunResult, aggregate, aggregate_frames, fit_frames
+from crowdspark.pipeline.run import (
+    RunResult,
+    aggregate,
+    aggregate_frames,
+    fit_frames,
+    preflight,
+)
 from crowdspark.pipeline.source import needs_spark
 
-__all__ = ["Fitted", "RunOptions", "RunResult", "aggregate", "aggregate_frames", "fit_frames", "needs_spark"]
+__all__ = ["Fitted", "RunOptions", "RunResult", "aggregate", "aggregate_frames", "fit_frames", "needs_spark", "preflight"]

@@ -12,21 +12,23 @@ from typing import Any
 import pandas as pd
 
 from crowdspark import __version__
-from crowdspark.models.registry import build_model, model_class, model_parameters
 from crowdspark.block import Block
 from crowdspark.config import RunConfig
 from crowdspark.engine.base import Engine
 from crowdspark.engine.checkpoint import Checkpointer
 from crowdspark.engine.loop import FitResult, WarmStart, finish_fn, fit
 from crowdspark.engine.select import choose_levels, level_plan
-from crowdspark.errors import ConfigError, InputError
+from crowdspark.errors import RUN_COLD, ConfigError, IncompatibleModelError
+from crowdspark.faces import setting
 from crowdspark.io.rules import Encoding
 from crowdspark.io.saved_model import SavedModel, worker_index_map
 from crowdspark.io.tables import item_batch, item_schema, worker_frame
+from crowdspark.io.worker_table import WorkerTable
 from crowdspark.metrics import gold_stats, level_error_stats, metrics_from_stats
-from crowdspark.models.base import LevelModel, Model, State
+from crowdspark.models.base import LevelModel, Model, State, no_worker_start
+from crowdspark.models.registry import build_model, model_class, model_parameters
 from crowdspark.pipeline.prepare import Prepared
-from crowdspark.pipeline.summary import run_summary
+from crowdspark.pipeline.summary import gold_split_report, run_summary
 from crowdspark.stats import Stats
 
 __all__ = ["RunOptions", "Fitted", "evaluate", "fit_configured", "fit_prepared"]
@@ -43,6 +45,8 @@ class RunOptions:
     ----------
     warm_start : SavedModel, optional
         A previous run's model (``--warm-start``).
+    initial_workers : WorkerTable, optional
+        Starting matrices of the workers it lists (``--initial-workers``); not with ``warm_start``.
     inputs : dict
         Description of the inputs (paths, sizes) that goes into the checkpoint fingerprint.
     inject_task_failure : int
@@ -53,6 +57,7 @@ class RunOptions:
     warm_start: SavedModel | None = None
     inputs: dict[str, Any] = field(default_factory=dict)
     inject_task_failure: int = 0
+    initial_workers: WorkerTable | None = None
 
 
 def _evaluate_block(model: Model, block: Block, state: State, params: Any) -> tuple[State, Stats]:
@@ -69,22 +74,104 @@ def evaluate(model: Model, engine: Engine, params: Any) -> dict[str, Any]:
     return metrics_from_stats(stats)
 
 
+def check_fit_gold(config: RunConfig, has_gold: bool) -> None:
+    """Refuse a model that learns from gold in the fit (``Model.needs_fit_gold``) when the run has none.
+
+    Raises
+    ------
+    ConfigError
+    """
+    if model_class(config.algorithm).needs_fit_gold and (not has_gold or config.gold.fit_fraction <= 0):
+        raise ConfigError(
+            f"{config.algorithm} weighs each worker by its accuracy on gold in the fit, but the run has "
+            f"{'no gold' if not has_gold else 'gold.fit_fraction = 0'}: give the gold (--gold on the command line, "
+            f"true_labels= in the pandas API) and the share of it the fit uses ({setting('gold.fit_fraction', 0.3)}; "
+            "the rest scores the run)"
+        )
+
+
+def check_algorithm(saved: SavedModel, config: RunConfig) -> None:
+    """Refuse a warm start from a model of another algorithm (before anything is read).
+
+    Raises
+    ------
+    IncompatibleModelError
+    """
+    if saved.algorithm != config.algorithm:
+        raise IncompatibleModelError(
+            f"the warm-start model at {saved.source!r} was fitted with {saved.algorithm!r}, this run uses "
+            f"{config.algorithm!r}; warm start from a run of the same algorithm, or {RUN_COLD}"
+        )
+
+
 def warm_start_for(saved: SavedModel | None, config: RunConfig, encoding: Encoding) -> WarmStart | None:
     """The warm start a saved model gives this run, after checking the algorithm and the class set."""
     if saved is None:
         return None
-    if saved.algorithm != config.algorithm:
-        raise ConfigError(
-            f"the warm-start model at {saved.source!r} was fitted with {saved.algorithm!r}, this run uses "
-            f"{config.algorithm!r}; warm start from a run of the same algorithm, or run cold"
-        )
+    check_algorithm(saved, config)
     if tuple(saved.classes) != tuple(encoding.classes):
-        raise InputError(
+        raise IncompatibleModelError(
             f"the class set changed since the warm-start run ({list(saved.classes)} -> {list(encoding.classes)}); "
-            "a warm start needs the same classes: run cold (without --warm-start)"
+            f"a warm start needs the same classes: {RUN_COLD}"
         )
     old_index = worker_index_map(encoding.workers, saved.workers)
     return WarmStart(saved.params, old_index, saved.source, saved.parameters)
+
+
+def check_table_start(config: RunConfig, warm_start: str | None, initial_workers: str | None) -> None:
+    """Refuse a worker table with a warm start, or for a model that has no worker parameters a table sets.
+
+    Raises
+    ------
+    ConfigError
+    """
+    if initial_workers is None:
+        return
+    if warm_start is not None:
+        raise ConfigError("--warm-start and --initial-workers both start the workers; give one (a run's output "
+                          "given to --warm-start also carries its class proportions)")
+    if model_class(config.algorithm).worker_start is Model.worker_start:
+        raise no_worker_start(config.algorithm)
+
+
+def table_start(table: WorkerTable, encoding: Encoding) -> WarmStart:
+    """The warm start a worker table gives this run: listed workers start from its matrices.
+
+    Raises
+    ------
+    IncompatibleModelError
+        When the table's classes are not the run's.
+    """
+    confusion, accuracy = table.matrices(encoding.classes)
+    old_index = worker_index_map(encoding.workers, table.workers)
+    return WarmStart({"confusion": confusion, "accuracy": accuracy}, old_index, table.source, workers_only=True)
+
+
+def _warm_start(options: RunOptions, config: RunConfig,
+                encoding: Encoding) -> tuple[WarmStart | None, dict[str, Any] | None]:
+    """The warm start of the run (a saved model or a worker table) and what the summary says about it, after
+    ``nightly.on_incompatible``."""
+    saved, table = options.warm_start, options.initial_workers
+    if saved is None and table is None:
+        return None, None
+    report: dict[str, Any] = {"source": (saved or table).source, "used": True}
+    try:
+        if table is not None:
+            start = table_start(table, encoding)
+            report.update(worker_table=True, workers_listed=len(table.workers),
+                          workers_known=int((start.old_index >= 0).sum()))
+            return start, report
+        return warm_start_for(saved, config, encoding), report
+    except IncompatibleModelError as exc:
+        if config.nightly.on_incompatible == "fail":
+            raise
+        return None, _cold(report, exc)
+
+
+def _cold(report: dict[str, Any] | None, exc: Exception) -> dict[str, Any]:
+    reason = f"ran cold (nightly.on_incompatible = \"cold\"): {exc}"
+    log.warning("%s", reason)
+    return {**(report or {}), "used": False, "reason": reason}
 
 
 def checkpointer_for(config: RunConfig, options: RunOptions, layout: dict[str, Any]) -> Checkpointer | None:
@@ -96,9 +183,11 @@ def checkpointer_for(config: RunConfig, options: RunOptions, layout: dict[str, A
         "parameters": config.algorithm_params(),
         "seed": config.seed,
         "input": config.to_dict()["input"],
+        "gold_split": {"fit_fraction": config.gold.fit_fraction, "seed": config.gold.split_seed},
         "inputs": options.inputs,
         "layout": layout,
         "warm_start": None if options.warm_start is None else options.warm_start.source,
+        "initial_workers": None if options.initial_workers is None else options.initial_workers.source,
         "version": __version__,
     }
     return Checkpointer(config.engine.checkpoint_dir, config.engine.checkpoint_every, fingerprint)
@@ -207,10 +296,22 @@ def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | No
     options = options or RunOptions()
     enc = prepared.encoding
     try:
-        model, result, selection = fit_configured(
-            config, enc.n_workers, enc.n_classes, prepared.engine, warm_start_for(options.warm_start, config, enc),
-            checkpointer_for(config, options, prepared.layout),
-        )
+        check_fit_gold(config, prepared.has_gold)
+    except ConfigError:
+        prepared.engine.close()
+        raise
+    checkpoint = checkpointer_for(config, options, prepared.layout)
+    try:
+        warm, warm_report = _warm_start(options, config, enc)
+        try:
+            model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, prepared.engine, warm,
+                                                      checkpoint)
+        except IncompatibleModelError as exc:
+            if config.nightly.on_incompatible == "fail":
+                raise
+            warm_report = _cold(warm_report, exc)
+            model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, prepared.engine, None,
+                                                      checkpoint)
         prepared.timer.lap("fit")
         metrics = evaluate(model, prepared.engine, result.params) if prepared.has_gold else None
         prepared.timer.lap("evaluate")
@@ -221,6 +322,16 @@ def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | No
                           prepared.warnings)
     summary.update(prepared.report)
     summary.update(prepared.engine.report())
+    split, split_warnings = gold_split_report(config, result.counts, prepared.has_gold, model.needs_fit_gold)
+    if split is not None:
+        summary["gold_split"] = split
+    for message in split_warnings:
+        log.warning("%s", message)
+        summary["warnings"].append(message)
+    if warm_report is not None:
+        summary["warm_start"] = warm_report
+        if not warm_report["used"]:
+            summary["warnings"].append(warm_report["reason"])
     if selection is not None:
         summary["level_selection"] = selection
     if metrics is not None:

@@ -15,14 +15,20 @@ from typing import Any
 
 import pandas as pd
 
-from crowdspark.block import Block, build_blocks
+from crowdspark.block import Block, GoldSplit, build_blocks
 from crowdspark.config import RunConfig
 from crowdspark.engine.base import Engine
 from crowdspark.engine.local import LocalEngine
-from crowdspark.errors import ConfigError
-from crowdspark.io.pandas_reader import encode_rows, gold_unmatched, prepare_gold, prepare_labels
-from crowdspark.io.rules import Encoding
+from crowdspark.errors import ConfigError, InputError
+from crowdspark.io.pandas_reader import (
+    encode_rows,
+    gold_unmatched,
+    prepare_gold,
+    prepare_labels,
+)
+from crowdspark.io.rules import EmptyInputError, Encoding
 from crowdspark.pipeline.summary import Timer
+from crowdspark.pipeline.window import Window
 
 __all__ = ["Prepared", "prepare_frames", "prepare_spark", "local_blocks", "default_partitions",
            "LABELS_PER_PARTITION"]
@@ -83,8 +89,9 @@ def _unused_classes(classes: tuple[str, ...], used: set[str]) -> int:
 
 
 def local_blocks(labels_frame: pd.DataFrame, gold_frame: pd.DataFrame | None, encoding: Encoding,
-                 max_labels: int) -> list[Block]:
-    """Blocks of validated pandas labels (``item``/``worker``/``label``) with optional gold."""
+                 max_labels: int, split: GoldSplit | None = None) -> list[Block]:
+    """Blocks of validated pandas labels (``item``/``worker``/``label``) with optional gold, split into the
+    gold the fit holds fixed and the held-out gold by ``split``."""
     truth = None
     if gold_frame is not None:
         truth = labels_frame["item"].map(dict(zip(gold_frame["item"], gold_frame["truth"]))).to_numpy(dtype=object)
@@ -95,7 +102,21 @@ def local_blocks(labels_frame: pd.DataFrame, gold_frame: pd.DataFrame | None, en
         truth,
         encoding,
     )
-    return build_blocks(*encoded, max_labels=max_labels)
+    return build_blocks(*encoded, max_labels=max_labels, split=split)
+
+
+def _selected(labels_source: str, selection: list[str], read):
+    """Run ``read`` (which validates the labels); when they are empty after ``selection`` (the window, the
+    filter), say which selection left nothing."""
+    try:
+        return read()
+    except EmptyInputError:
+        if not selection:
+            raise
+        raise InputError(
+            f"labels at {labels_source!r}: no label is left after {' and '.join(selection)}; is the data of those "
+            "days there, and are the window and the filter right?"
+        ) from None
 
 
 def prepare_frames(
@@ -105,6 +126,7 @@ def prepare_frames(
     labels_source: str = "<DataFrame>",
     gold_source: str = "<DataFrame>",
     timer: Timer | None = None,
+    window: Window | None = None,
 ) -> Prepared:
     """Validate pandas frames and hold their blocks in a local engine.
 
@@ -119,15 +141,23 @@ def prepare_frames(
         Where the frames came from, for messages and the summary.
     timer : Timer, optional
         Gets the phases ``validate`` and ``blocks``.
+    window : Window, optional
+        The days to read (``input.date_column``, ``input.window_days``).
     """
     timer = timer or Timer()
     if config.input.filter:
         raise ConfigError(
             f"input.filter ({config.input.filter!r}) needs the spark engine; filter the data first or use --engine spark"
         )
-    labels = prepare_labels(labels_raw, config.input, labels_source)
+    label_rows = int(len(labels_raw))
+    days = None
+    if window is not None:
+        labels_raw, days = window.filter_pandas(labels_raw, labels_source)
+    selection = [f"the window {window.describe()}"] if window is not None else []
+    labels = _selected(labels_source, selection, lambda: prepare_labels(labels_raw, config.input, labels_source))
     enc = labels.encoding
-    gold = None if gold_raw is None else prepare_gold(gold_raw, config.gold, list(enc.classes), gold_source)
+    gold = None if gold_raw is None else prepare_gold(gold_raw, config.gold, list(enc.classes), gold_source,
+                                                      labels.frame["item"])
     counts = {"unused_classes": _unused_classes(enc.classes, set(labels.frame["label"].unique()))}
     input_warnings: list[str] = []
     if gold is not None:
@@ -136,10 +166,13 @@ def prepare_frames(
         input_warnings = _logged([gold_unmatched(labels, gold)])
     timer.lap("validate")
     max_labels = config.engine.max_block_labels
-    engine = LocalEngine(local_blocks(labels.frame, None if gold is None else gold.frame, enc, max_labels))
+    engine = LocalEngine(local_blocks(labels.frame, None if gold is None else gold.frame, enc, max_labels,
+                                      config.gold.split()))
     timer.lap("blocks")
     inputs = {"labels": labels_source, "gold": gold_source if gold_raw is not None else None,
-              "label_rows": int(len(labels_raw))}
+              "label_rows": label_rows, "labels_read": int(len(labels_raw))}
+    if days is not None:
+        inputs["days"] = days
     return Prepared(engine=engine, encoding=enc, counts=counts, warnings=input_warnings, inputs=inputs,
                     layout={"engine": "local", "max_block_labels": max_labels}, has_gold=gold is not None,
                     timer=timer)
@@ -186,6 +219,7 @@ def prepare_spark(
     timer: Timer | None = None,
     input_format: str | None = None,
     inject_task_failure: int = 0,
+    window: Window | None = None,
 ) -> Prepared:
     """Validate Spark DataFrames and cache their blocks in a Spark engine.
 
@@ -205,6 +239,8 @@ def prepare_spark(
     inject_task_failure : int
         Test hook (:class:`crowdspark.pipeline.fit.RunOptions`): the first attempt of partition 0 fails at
         this sweep (0 = off).
+    window : Window, optional
+        The days to read (``input.date_column``, ``input.window_days``); Spark prunes the others.
     """
     from crowdspark.engine.spark import SparkEngine
     from crowdspark.io.spark_reader import (
@@ -217,12 +253,23 @@ def prepare_spark(
 
     timer = timer or Timer()
     cache = _cache_input(config, input_format)
-    labels = prepare_labels_spark(_filtered(labels_raw, config.input.filter), config.input, labels_source,
-                                  persist=cache)
+    selected, days, selection = _filtered(labels_raw, config.input.filter), None, []
+    if config.input.filter:
+        selection.append(f"input.filter {config.input.filter!r}")
+    if window is not None:
+        selected = window.filter_spark(selected, labels_source)
+        days = window.day_counts_spark(selected, labels_source)
+        selection.append(f"the window {window.describe()}")
+    log.info("reading and validating the labels at %s", labels_source)
+    labels = _selected(labels_source, selection,
+                       lambda: prepare_labels_spark(selected, config.input, labels_source, persist=cache))
+    log.info("%d labels, %d workers, %d classes", labels.n_rows, labels.encoding.n_workers,
+             labels.encoding.n_classes)
     enc = labels.encoding
     gold = None
     if gold_raw is not None:
-        gold = prepare_gold_spark(gold_raw, config.gold, list(enc.classes), gold_source or "<DataFrame>")
+        gold = prepare_gold_spark(gold_raw, config.gold, list(enc.classes), gold_source or "<DataFrame>",
+                                  labels.frame.select("item"))
     counts = {"unused_classes": _unused_classes(enc.classes, set(labels.observed_classes))}
     input_warnings: list[str] = []
     if gold is not None:
@@ -233,7 +280,7 @@ def prepare_spark(
     n_partitions = config.spark.partitions or default_partitions(spark, labels.n_rows)
     max_labels = config.engine.max_block_labels
     engine = SparkEngine(
-        block_rdd(labels, gold, n_partitions, max_labels),
+        block_rdd(labels, gold, n_partitions, max_labels, config.gold.split()),
         checkpoint_interval=config.spark.checkpoint_interval,
         session_sweeps=config.spark.session_sweeps,
         tree_depth=config.spark.tree_depth,
@@ -249,6 +296,8 @@ def prepare_spark(
     labels.frame.unpersist()  # a no-op when it was not cached
     timer.lap("blocks")
     inputs = {"labels": labels_source, "gold": gold_source, "label_rows": labels.n_rows}
+    if days is not None:
+        inputs["days"] = days
     report = {"partitions": n_partitions, "input_cached": cache}
     return Prepared(engine=engine, encoding=enc, counts=counts, warnings=input_warnings, inputs=inputs,
                     layout={"engine": "spark", "partitions": n_partitions, "max_block_labels": max_labels},

@@ -3,7 +3,10 @@ spark-submit job and the end-to-end tests call; the Python faces call :func:`fit
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -11,17 +14,48 @@ import pandas as pd
 
 from crowdspark.config import RunConfig
 from crowdspark.errors import InputError
+from crowdspark.io.files import files_for
+from crowdspark.io.lock import OutputLock
+from crowdspark.io.paths import check_local_folder_writable, is_local, strip_file_scheme
 from crowdspark.io.rules import Encoding
-from crowdspark.io.saved_model import load_saved_model
-from crowdspark.io.sink import check_output, make_run_root, run_directory, write_latest
+from crowdspark.io.runs import (
+    default_as_of,
+    latest_run_before,
+    prune_runs,
+    run_directory,
+    write_latest,
+)
+from crowdspark.io.saved_model import SavedModel, load_saved_model
+from crowdspark.io.sink import check_output, make_run_root, recover
 from crowdspark.models.base import Model
-from crowdspark.pipeline.fit import Fitted, RunOptions, fit_prepared
+from crowdspark.io.worker_table import WorkerTable, read_worker_table
+from crowdspark.pipeline.fit import (
+    Fitted,
+    RunOptions,
+    check_algorithm,
+    check_fit_gold,
+    check_table_start,
+    fit_prepared,
+)
+from crowdspark.pipeline.manifest import (
+    check_checkpoint_dir,
+    check_new_data,
+    resolve_warm_start,
+    run_manifest,
+)
 from crowdspark.pipeline.prepare import Prepared, prepare_frames, prepare_spark
-from crowdspark.pipeline.source import Source, choose_source, input_signature, read_pandas
+from crowdspark.pipeline.source import (
+    Source,
+    choose_source,
+    input_signature,
+    read_pandas,
+    spark_files,
+)
 from crowdspark.pipeline.summary import Timer
+from crowdspark.pipeline.window import Window
 from crowdspark.pipeline.write import write_result
 
-__all__ = ["RunResult", "aggregate", "aggregate_frames", "fit_frames"]
+__all__ = ["RunResult", "aggregate", "aggregate_frames", "fit_frames", "preflight"]
 
 log = logging.getLogger(__name__)
 
@@ -93,15 +127,73 @@ def aggregate_frames(
 
 
 def _prepare(source: Source, config: RunConfig, labels_path: str, gold_path: str | None, timer: Timer,
-             spark: Any, options: RunOptions) -> Prepared:
+             spark: Any, options: RunOptions, window: Window | None) -> Prepared:
     gold_source = gold_path or "<none>"
     if source.engine == "spark":
         timer.lap("read")
         return prepare_spark(spark, config, source.labels_frame, source.gold_frame, labels_path, gold_path, timer,
-                             source.input_format, options.inject_task_failure)
+                             source.input_format, options.inject_task_failure, window)
     labels, gold = read_pandas(source, config, labels_path, gold_path)
     timer.lap("read")
-    return prepare_frames(config, labels, gold, labels_path, gold_source, timer)
+    return prepare_frames(config, labels, gold, labels_path, gold_source, timer, window)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a run checked and decided before reading any label."""
+
+    destination: str | None
+    as_of: _dt.date
+    warm_path: str | None
+    warm_cold_reason: str | None
+    saved: SavedModel | None
+    previous_path: str | None
+    table: WorkerTable | None = None
+
+
+def _plan(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
+          warm_start: str | None, run_id: str | None, as_of: _dt.date | None,
+          initial_workers: str | None = None) -> _Plan:
+    """Every check that needs no label: the output, the checkpoint folder, the warm start or worker table."""
+    if output_dir is not None:
+        inputs = {"labels": labels_path, "gold": gold_path, "engine.checkpoint_dir": config.engine.checkpoint_dir}
+        check_output(output_dir, run_id=run_id, inputs=inputs, spark=spark)
+    check_checkpoint_dir(config.engine.checkpoint_dir)
+    check_fit_gold(config, gold_path is not None)
+    check_table_start(config, warm_start, initial_workers)
+    as_of = as_of or default_as_of(run_id)
+    destination = output_dir
+    if output_dir is not None and run_id is not None:
+        destination = run_directory(output_dir, run_id)
+    if destination is not None and is_local(destination):
+        # the lock and the staging directory are created beside the destination
+        check_local_folder_writable(os.path.dirname(strip_file_scheme(destination).rstrip("/")) or ".",
+                                    f"--output {output_dir!r} (written through its folder)")
+    warm_path, cold_reason = None, None
+    if warm_start:
+        root = output_dir if run_id is not None else None
+        warm_path, cold_reason = resolve_warm_start(warm_start, as_of, spark, run_root=root)
+    saved = load_saved_model(warm_path, spark) if warm_path else None
+    if saved is not None and config.nightly.on_incompatible == "fail":
+        check_algorithm(saved, config)  # the run would stop at its fit: stop before it reads
+    previous = warm_path
+    if previous is None and output_dir is not None and run_id is not None and files_for(output_dir, spark).exists(
+            output_dir):
+        previous = latest_run_before(output_dir, as_of, spark)
+    table = read_worker_table(initial_workers, spark) if initial_workers else None
+    return _Plan(destination, as_of, warm_path, cold_reason, saved, previous, table)
+
+
+def preflight(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None,
+              warm_start: str | None, run_id: str | None, as_of: _dt.date | None,
+              initial_workers: str | None = None) -> None:
+    """The checks of :func:`aggregate` that need no label, run before a SparkSession starts when every path
+    they look at is local (the command line calls it; :func:`aggregate` checks again)."""
+    paths = [output_dir, warm_start, initial_workers, config.engine.checkpoint_dir]
+    if all(is_local(path) for path in paths if path):
+        plan = _plan(config, labels_path, output_dir, gold_path, None, warm_start, run_id, as_of, initial_workers)
+        if plan.destination is not None:
+            _lock(plan.destination, config, None).check_free()
 
 
 def aggregate(
@@ -113,9 +205,15 @@ def aggregate(
     *,
     warm_start: str | None = None,
     run_id: str | None = None,
+    as_of: _dt.date | None = None,
     options: RunOptions | None = None,
+    initial_workers: str | None = None,
 ) -> RunResult:
     """Run the configured algorithm and write the results.
+
+    Everything that needs no label is checked first (the output, the checkpoint folder, the lock, the warm
+    start), so such problems stop the run before it reads anything; problems only the data can show (a new
+    class, a truncated file, an empty window) stop it before the fit.
 
     Parameters
     ----------
@@ -126,44 +224,100 @@ def aggregate(
         Destination directory (replaced atomically); ``None`` writes nothing (tests, API).  Refused before
         anything is read (:func:`crowdspark.io.sink.check_output`) when it is a file, a directory that is
         neither empty nor a crowdspark result (with ``run_id``: a crowdspark run root), or when it is,
-        is inside or contains the labels, the gold or ``engine.checkpoint_dir``.
+        is inside or contains the labels, the gold or ``engine.checkpoint_dir``.  One run at a time writes it
+        (:class:`crowdspark.io.lock.OutputLock`); a commit a killed run left half done is completed or rolled
+        back first (:func:`crowdspark.io.sink.recover`).
     gold_path : str, optional
         Gold labels for evaluation.
     spark : SparkSession, optional
         Needed when the run reads with Spark (:func:`crowdspark.pipeline.source.needs_spark`).
     warm_start : str, optional
-        A previous run's output (or any saved model, :mod:`crowdspark.io.saved_model`) to start from.
+        A previous run's output, a run root (its newest run older than this one), or any saved model
+        (:mod:`crowdspark.io.saved_model`) to start from.
     run_id : str, optional
         Write into ``output_dir/run_id=<run_id>/`` and, once complete, point ``output_dir/_LATEST.json``
-        at it; older runs stay where they are.
+        at it unless it names a newer night; older runs stay where they are (``nightly.keep_runs``).
+    as_of : date, optional
+        The day the run's data ends (the window of ``input.window_days``); default: the run id when it is a
+        date, else today (UTC).
     options : RunOptions, optional
         Its test hooks apply (the warm start and the inputs come from the arguments).
+    initial_workers : str, optional
+        A worker table (a previous run's output or its ``workers/``, or a table of ``worker`` and
+        ``confusion`` or ``accuracy``, :mod:`crowdspark.io.worker_table`) whose workers start from its
+        matrices; not with ``warm_start``.
     """
-    if output_dir is not None:
-        inputs = {"labels": labels_path, "gold": gold_path, "engine.checkpoint_dir": config.engine.checkpoint_dir}
-        check_output(output_dir, run_id=run_id, inputs=inputs, spark=spark)
+    plan = _plan(config, labels_path, output_dir, gold_path, spark, warm_start, run_id, as_of, initial_workers)
+    lock = _lock(plan.destination, config, spark) if plan.destination else None
+    with lock or _no_lock():
+        recovered = recover(plan.destination, spark) if plan.destination else None
+        if output_dir is not None and run_id is not None:
+            make_run_root(output_dir, spark)
+        result = _run(config, labels_path, output_dir, gold_path, spark, run_id, plan, options, recovered)
+    return result
+
+
+def _signature(source: Source, labels_path: str, gold_path: str | None, window: Window | None,
+               spark: Any) -> dict[str, Any]:
+    """What the run reads: paths, files, bytes and times (for Spark reads, the files Spark lists, only the
+    window's partition folders)."""
+    signature = input_signature(labels_path, gold_path)
+    frames = (("labels", source.labels_frame, window), ("gold", source.gold_frame, None))
+    for what, frame, days in frames:
+        listed = spark_files(spark, frame, days) if frame is not None else None
+        if listed is not None:
+            signature[what] = {"path": signature[what]["path"], **listed}
+    for what, entry in signature.items():
+        if "files" in entry:
+            log.info("%s at %s: %d file(s), %s bytes%s", what, entry["path"], entry["files"],
+                     f"{entry['bytes']:,}", f" in {window.describe()}" if what == "labels" and window else "")
+    return signature
+
+
+def _table_path(plan: _Plan) -> str | None:
+    return plan.table.source if plan.table is not None else None
+
+
+def _lock(destination: str, config: RunConfig, spark: Any) -> OutputLock:
+    return OutputLock(files_for(destination, spark), destination, config.nightly.lock_stale_hours * 3600)
+
+
+@contextmanager
+def _no_lock():
+    yield
+
+
+def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
+         run_id: str | None, plan: _Plan, options: RunOptions | None, recovered: str | None) -> RunResult:
     timer = Timer()
-    source = choose_source(config, labels_path, gold_path, output_dir, warm_start, spark)
-    saved = load_saved_model(warm_start, spark) if warm_start else None
+    source = choose_source(config, labels_path, gold_path, output_dir, plan.warm_path or _table_path(plan), spark)
     # the run id is part of the inputs: a checkpoint left by another night's run is never resumed
-    options = replace(options or RunOptions(), warm_start=saved,
-                      inputs={**input_signature(labels_path, gold_path), "run_id": run_id})
-    destination = output_dir
-    if output_dir is not None and run_id is not None:
-        destination = run_directory(output_dir, run_id)
-        make_run_root(output_dir, spark)
-    fitted = fit_prepared(config, _prepare(source, config, labels_path, gold_path, timer, spark, options), options)
+    window = Window.of(config, plan.as_of)
+    options = replace(options or RunOptions(), warm_start=plan.saved, initial_workers=plan.table,
+                      inputs={**_signature(source, labels_path, gold_path, window, spark), "run_id": run_id})
+    prepared = _prepare(source, config, labels_path, gold_path, timer, spark, options, window)
+    manifest = run_manifest(prepared.inputs, options.inputs, run_id, plan.as_of, window, plan.warm_path,
+                            plan.previous_path, spark)
+    check_new_data(manifest, config.nightly.on_no_new_data, prepared)
+    fitted = fit_prepared(config, prepared, options)
+    fitted.summary["inputs"] = manifest
+    fitted.summary["warnings"] = manifest.pop("warnings") + fitted.summary["warnings"]
     if source.small_input is not None:
         fitted.summary["small_input"] = source.small_input
+    if plan.warm_cold_reason is not None:
+        fitted.summary["warm_start"] = {"source": None, "used": False, "reason": plan.warm_cold_reason}
+    if recovered is not None:
+        fitted.summary["recovered"] = recovered
     try:
         items, workers = fitted.items(), fitted.workers()
-        if destination is not None:
-            write_result(fitted, items, workers, destination, config, spark)
+        if plan.destination is not None:
+            write_result(fitted, items, workers, plan.destination, config, spark)
         local = isinstance(items, pd.DataFrame)
         result = RunResult(summary=fitted.summary, items=items if local else None, workers=workers if local else None,
                            model=fitted.model, params=fitted.params, encoding=fitted.encoding)
     finally:
         fitted.close()
-    if destination is not None and run_id is not None:
-        write_latest(output_dir, run_id, destination, spark)
+    if plan.destination is not None and run_id is not None:
+        write_latest(output_dir, run_id, plan.as_of, spark)
+        prune_runs(output_dir, config.nightly.keep_runs, spark)
     return result

@@ -24,7 +24,7 @@ from crowdspark.errors import InputError
 from crowdspark.io.pandas_reader import read_frame
 from crowdspark.io.paths import is_local, resolve_format, resolve_local_paths
 
-__all__ = ["Source", "choose_source", "needs_spark", "local_small_input", "input_signature"]
+__all__ = ["Source", "choose_source", "needs_spark", "local_small_input", "input_signature", "spark_files"]
 
 log = logging.getLogger(__name__)
 
@@ -165,11 +165,29 @@ def read_pandas(source: Source, config: RunConfig, labels_path: str,
         return labels, read_frame(gold_path, config.gold.format, "gold") if gold_path else None
     from crowdspark.io.spark_reader import to_pandas_strings
 
-    labels = to_pandas_strings(source.labels_frame, [config.input.item, config.input.worker, config.input.label],
-                               "labels", labels_path)
+    columns = [config.input.item, config.input.worker, config.input.label]
+    if config.input.date_column:
+        columns.append(config.input.date_column)  # the window is applied to the collected rows
+    labels = to_pandas_strings(source.labels_frame, columns, "labels", labels_path)
     if source.gold_frame is None:
         return labels, None
     return labels, to_pandas_strings(source.gold_frame, [config.gold.item, config.gold.truth], "gold", gold_path)
+
+
+def spark_files(spark: Any, frame: Any, window: Any = None) -> dict[str, Any] | None:
+    """The number of files, bytes and latest modification time of what Spark reads for ``frame`` (only the
+    partition folders of ``window``, a :class:`crowdspark.pipeline.window.Window`, when it has one); ``None``
+    when the listing is unavailable (see :func:`crowdspark.io.spark_reader.listed_files`)."""
+    from crowdspark.io.spark_reader import listed_files
+
+    files = listed_files(spark, frame)
+    if files is None:
+        return None
+    if window is not None:
+        files = [f for f in files if window.holds_path(f[0])]
+    if not files:
+        return {"files": 0, "bytes": 0}
+    return {"files": len(files), "bytes": sum(f[1] for f in files), "modified": max(f[2] for f in files)}
 
 
 def input_signature(labels_path: str, gold_path: str | None) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from crowdspark.engine.loop import FitResult
 from crowdspark.io.rules import Encoding
 from crowdspark.models.base import Model
 
-__all__ = ["Timer", "peak_rss_mib", "run_summary"]
+__all__ = ["Timer", "peak_rss_mib", "run_summary", "gold_split_report"]
 
 
 @dataclass
@@ -65,7 +65,7 @@ def run_summary(
         "labels": result.counts["n_labels"],
         "classes": encoding.n_classes,
         "duplicate_pairs": result.counts["duplicate_pairs"],
-        "gold_items": result.counts["n_gold_items"],
+        "gold_items": result.counts["n_gold_items"] + result.counts.get("n_fixed_items", 0),
         **extra_counts,
     }
     return {
@@ -87,3 +87,32 @@ def run_summary(
         "inputs": inputs,
         "config": config.to_dict(),
     }
+
+
+def gold_split_report(config: RunConfig, counts: dict[str, int], has_gold: bool,
+                      needs_fit_gold: bool = False) -> tuple[dict[str, Any] | None, list[str]]:
+    """``summary.json``'s ``gold_split`` (``None`` without gold) and the warnings it calls for.
+
+    ``gold_split`` records ``fit_fraction`` and ``seed`` (``gold.fit_fraction``, ``gold.split_seed``), and how
+    many labelled gold items the fit held fixed (``fit_items``) and how many it was scored on
+    (``held_out_items``, the ``metrics``' ``n_gold``).  ``needs_fit_gold``: the model learns from the gold in
+    the fit only (:attr:`crowdspark.models.base.Model.needs_fit_gold`), so a fit without any is a warning.
+    """
+    fraction = config.gold.fit_fraction
+    if not has_gold:
+        if fraction > 0:
+            return None, [f"gold.fit_fraction = {fraction:g} but the run has no gold: no item is held fixed; give "
+                          "the gold file (--gold) to use it in the fit"]
+        return None, []
+    fit_items, held_out = counts.get("n_fixed_items", 0), counts["n_gold_items"]
+    report = {"fit_fraction": fraction, "seed": config.gold.split_seed, "fit_items": fit_items,
+              "held_out_items": held_out}
+    warnings = []
+    if needs_fit_gold and not fit_items:
+        warnings.append(f"{config.algorithm} had no labelled gold item in the fit (gold.fit_fraction = {fraction:g}): "
+                        "every worker weighs the same; raise gold.fit_fraction or check the gold's item ids")
+    if fit_items and not held_out and fraction < 1.0:
+        warnings.append(f"every labelled gold item ({fit_items}) is in the fit (gold.fit_fraction = {fraction:g}): "
+                        "no gold is left to score the run, so its metrics are null; lower gold.fit_fraction to "
+                        "hold some out")
+    return report, warnings

@@ -1,4 +1,4 @@
-"""The last step of a run: its result directory (``items/``, ``workers/``, ``model/``, ``summary.json``), staged
+"""The last step of a run: its result directory (``items/``, ``workers/``, ``_model/``, ``summary.json``), staged
 and committed atomically (:class:`crowdspark.io.sink.StagedOutput`), whichever engine produced the tables."""
 
 from __future__ import annotations

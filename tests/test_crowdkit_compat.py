@@ -1,0 +1,125 @@
+"""Switching from crowd-kit is a changed import: one script, run with crowd-kit's import and with crowdspark's.
+
+The script (:data:`SCRIPT`) is the same text for both libraries except its first line, the import. It reads
+the bundled Bluebird set as a crowd-kit user would (``task``, ``worker``, ``label``, integer labels), gives the
+methods that take them the true labels of a third of the gold, and returns every fitted attribute. For every
+method both libraries have, the attributes crowd-kit has must exist in crowdspark's result with the same
+shapes, names, index and column values and types. The labels are compared twice: with each library's defaults
+(the script alone) they agree on at least 99% of the items untied in both posteriors; with crowdspark's
+parameters matched to crowd-kit's (:data:`MATCHED`: crowd-kit's tie rule, Dawid-Skene without smoothing,
+given to crowdspark's constructor only) they are equal on every such item.
+
+crowd-kit 1.4.2's ``predict`` (Wawa, ZeroBasedSkill, MMSR, GoldMajorityVote) needs scikit-learn < 1.6, which
+the ``test`` extra pins; without crowd-kit the test is skipped.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.helpers import DATA
+
+crowdkit = pytest.importorskip("crowdkit.aggregation", reason="crowd-kit is not installed (pip install -e '.[test]')")
+
+#: the user's script; ``{module}`` is the only thing that changes
+SCRIPT = """
+from {module} import {name} as Method
+import pandas as pd
+
+data = pd.read_csv(DATA / "bluebird" / "labels.csv").rename(columns={{"item": "task"}})
+gold = pd.read_csv(DATA / "bluebird" / "truth.csv").set_index("item")["truth"]
+true_labels = gold.iloc[::3]
+model = Method(**PARAMS)
+if "{name}" in ("DawidSkene", "GoldMajorityVote"):
+    labels = model.fit_predict(data, true_labels)
+else:
+    labels = model.fit_predict(data)
+RESULT = {{attr: getattr(model, attr) for attr in ATTRIBUTES if getattr(model, attr, None) is not None}}
+RESULT["true_labels"] = true_labels
+"""
+
+ATTRIBUTES = ("labels_", "probas_", "errors_", "skills_", "priors_")
+#: crowdspark's parameters matched to crowd-kit's rules (crowd-kit takes none of these)
+MATCHED = {
+    "DawidSkene": {"smoothing": 1e-10},
+    "Wawa": {"preset": "crowd-kit"},
+    "ZeroBasedSkill": {"preset": "crowd-kit"},
+    "MMSR": {"preset": "crowd-kit"},
+    "GoldMajorityVote": {"preset": "crowd-kit"},
+}
+
+
+def both_have() -> list[str]:
+    from crowdspark.api import CLASSES
+
+    return sorted(name for name in CLASSES if name in crowdkit.__all__)
+
+
+def run(module: str, name: str, params: dict) -> dict:
+    namespace = {"DATA": DATA, "PARAMS": params, "ATTRIBUTES": ATTRIBUTES}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exec(SCRIPT.format(module=module, name=name), namespace)  # noqa: S102 - the test's own script
+    return namespace["RESULT"]
+
+
+def untied(probas: pd.DataFrame | None, index: pd.Index) -> np.ndarray:
+    if probas is None:
+        return np.ones(len(index), dtype=bool)
+    top = np.sort(probas.loc[index].to_numpy(), axis=1)
+    return top[:, -1] - top[:, -2] > 1e-9
+
+
+def agreement(theirs: dict, ours: dict) -> float:
+    """Share of the items (not given as true labels) untied in both posteriors on which the labels agree."""
+    index = theirs["labels_"].index.difference(theirs["true_labels"].index)
+    both = untied(theirs.get("probas_"), index) & untied(ours.get("probas_"), index)
+    assert both.mean() > 0.9
+    return float((theirs["labels_"].loc[index][both] == ours["labels_"].loc[index][both]).mean())
+
+
+def assert_same_layout(theirs, ours, what: str) -> None:
+    assert type(ours) is type(theirs), what
+    assert ours.shape == theirs.shape, what
+    assert list(ours.index.names) == list(theirs.index.names), what
+    assert sorted(ours.index.tolist()) == sorted(theirs.index.tolist()), what
+    assert ours.index.dtype == theirs.index.dtype, what
+    if isinstance(theirs, pd.Series):
+        assert ours.name == theirs.name and ours.dtype == theirs.dtype, what
+    else:
+        # the class values and their name (crowd-kit's errors_ holds them in an object Index)
+        assert list(ours.columns) == list(theirs.columns) and ours.columns.name == theirs.columns.name, what
+
+
+def test_every_method_crowd_kit_has_is_here_under_its_name():
+    assert {"DawidSkene", "GoldMajorityVote", "KOS", "MMSR", "MajorityVote", "Wawa", "ZeroBasedSkill"} <= set(
+        both_have())
+
+
+@pytest.mark.parametrize("name", both_have())
+def test_one_script_gives_crowd_kits_shapes_names_and_labels(name):
+    theirs = run("crowdkit.aggregation", name, {})
+    ours = run("crowdspark.api", name, {})
+    for attr in ATTRIBUTES:
+        if attr in theirs:
+            assert attr in ours, f"{name}.{attr} is missing"
+            assert_same_layout(theirs[attr], ours[attr], f"{name}.{attr}")
+    fixed = theirs["true_labels"].index.intersection(ours["labels_"].index)
+    if name in ("DawidSkene", "GoldMajorityVote"):
+        assert (ours["labels_"].loc[fixed] == theirs["true_labels"].loc[fixed]).all()
+    assert agreement(theirs, ours) >= 0.99
+    matched = run("crowdspark.api", name, MATCHED.get(name, {}))
+    assert agreement(theirs, matched) == 1.0
+
+
+def test_errors_and_priors_hold_crowd_kits_values_for_dawid_skene():
+    """With matched parameters the fitted error matrices and priors are crowd-kit's, within EM's tolerance."""
+    theirs = run("crowdkit.aggregation", "DawidSkene", {})
+    ours = run("crowdspark.api", "DawidSkene", {**MATCHED["DawidSkene"], "tol": 1e-10, "n_iter": 500})
+    errors = ours["errors_"].loc[theirs["errors_"].index]
+    np.testing.assert_allclose(errors.to_numpy(), theirs["errors_"].to_numpy(), atol=0.02)
+    np.testing.assert_allclose(ours["priors_"].to_numpy(), theirs["priors_"].sort_index().to_numpy(), atol=0.02)
