@@ -3,8 +3,8 @@ two cores, from the installed pyspark), the library shipped with ``spark-submit 
 ``jobs/aggregate.py``.
 
 One cluster serves the whole module (its daemons are stopped by process id when the module ends, also when
-a test fails, and at exit).  Each test is one Spark application; together they take about three minutes on
-an idle two-core machine.
+a test fails, and at exit).  Each test is one Spark application (four in all), so the module pays for one
+cluster start and four application starts.
 """
 
 from __future__ import annotations
