@@ -223,7 +223,9 @@ class SparkConfig:
         ``session`` runs a fit's sweeps in barrier jobs whose tasks keep their blocks (and per-item states)
         and exchange statistics with the driver over an authenticated TCP connection (tasks must reach the
         driver's host, ``docs/security.md``); ``jobs`` runs one Spark job per sweep; ``auto`` = ``session`` on
-        a local master without dynamic allocation.
+        a local master, and on a cluster when a probe at the first fit shows that every executor slot can run
+        a barrier task that reaches the driver within 5 s, without dynamic allocation or Spark's encryption
+        (``summary.json``'s ``sweep_mode`` says what was chosen and why).
     session_sweeps : int
         In sweep sessions, a stateful model's session ends after this many sweeps: its states are cached with
         a truncated lineage and a new session starts; a task failure replays at most this many sweeps.

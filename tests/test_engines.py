@@ -318,10 +318,12 @@ def test_session_refuses_a_reply_to_another_request():
     import socket
 
     from crowdspark.engine.session import SessionError, _exchange
-    from crowdspark.engine.session_net import Channel, encode
+    from crowdspark.engine.session_net import Channel, channel_keys, encode, new_key
 
+    key, hello, nonce = new_key(), bytes(16), bytes(16)
     driver_sock, task_sock = socket.socketpair()
-    driver, task = Channel(driver_sock), Channel(task_sock)
+    driver = Channel(driver_sock, channel_keys(key, hello, nonce, driver=True))
+    task = Channel(task_sock, channel_keys(key, hello, nonce, driver=False))
     try:
         task.send(("stats", 6, {"n": np.array(1.0)}))  # the answer to an older request
         request = encode(("run", 7, None, None, False))
@@ -335,3 +337,24 @@ def test_session_refuses_a_reply_to_another_request():
     finally:
         driver.close()
         task.close()
+
+
+def test_a_stateful_session_whose_states_are_lost_after_its_sweeps_runs_again(spark, monkeypatch):
+    """The first session's job fails after its sweeps (as when an executor holding its result dies before the
+    result is checkpointed): the engine runs a new session on the same elements, replays the sweeps, and
+    the fit ends with the local engine's answer (not with the session's first states)."""
+    from crowdspark.engine.session import SweepSession
+
+    real_failed = SweepSession.failed
+    lost: list[SweepSession] = []
+
+    def failed_once(self) -> bool:
+        if not lost and self.served:  # the first session, once it served its sweeps
+            lost.append(self)
+        return (bool(lost) and self is lost[0]) or real_failed.fget(self)
+
+    monkeypatch.setattr(SweepSession, "failed", property(failed_once))
+    report = _damped_em_local_and_spark(spark, 9, session_sweeps=4, sweep_mode="session")
+    assert lost
+    # 3 sessions of the fit and the one that ran the first again
+    assert report == {"enabled": True, "sessions": 4, "task_restarts": 0}

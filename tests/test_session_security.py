@@ -20,7 +20,7 @@ import pytest
 
 from crowdspark.engine import session_net
 from crowdspark.engine.session_net import (
-    MAX_FRAME_BYTES, Channel, SessionError, SessionServer, connect, encode, new_key,
+    MAX_FRAME_BYTES, Channel, FrameError, SessionError, SessionServer, channel_keys, connect, encode, new_key,
 )
 
 LOOPBACK = "127.0.0.1"
@@ -187,14 +187,36 @@ def test_connections_beyond_the_handshake_limit_are_closed_at_once(server, monke
 # ------------------------------------------------------------------------------------------------ frames
 
 
-def test_a_frame_above_the_limit_is_refused_before_it_is_read():
+def channel_pair(key: bytes | None = None, nonce: bytes = bytes(16)) -> tuple[Channel, Channel, socket.socket,
+                                                                                 socket.socket]:
+    """A driver channel and a task channel over a socket pair, keyed as after a handshake; and the sockets."""
+    key = key or new_key()
+    hello = struct.pack("!qq", 0, 1)
     driver, task = socket.socketpair()
+    return (Channel(driver, channel_keys(key, hello, nonce, driver=True)),
+            Channel(task, channel_keys(key, hello, nonce, driver=False)), driver, task)
+
+
+def frame_bytes(payload: bytes, tag: bytes = bytes(32)) -> bytes:
+    """A frame as it goes on the wire, with the given tag."""
+    return struct.pack("!Q", len(payload)) + payload + tag
+
+
+def test_a_frame_above_the_limit_is_refused_before_it_is_read():
+    receiver, _, driver, task = channel_pair()
     try:
         task.sendall(struct.pack("!Q", 2**62))
         with pytest.raises(SessionError, match=f"announced, above the limit of {MAX_FRAME_BYTES} bytes"):
-            Channel(driver).receive()
+            receiver.receive()
+    finally:
+        driver.close()
+        task.close()
+
+
+def test_a_large_frame_goes_through():
+    receiver, sender, driver, task = channel_pair()
+    try:
         big = np.arange(3 * 2**20, dtype=np.float64)  # 24 MiB: sent without joining it to its header
-        sender, receiver = Channel(task), Channel(driver)
         thread = threading.Thread(target=sender.send_payload, args=(encode({"n": big}),))
         thread.start()
         assert np.array_equal(receiver.receive()["n"], big)
@@ -206,19 +228,130 @@ def test_a_frame_above_the_limit_is_refused_before_it_is_read():
 
 def test_a_frame_above_the_limit_is_not_sent(monkeypatch):
     monkeypatch.setattr(session_net, "MAX_FRAME_BYTES", 1000)
-    driver, task = socket.socketpair()
+    channel, _, driver, task = channel_pair()
     try:
         with pytest.raises(SessionError, match="frame of 1001 bytes is above the limit of 1000 bytes.*sweep_mode=jobs"):
-            Channel(driver).send_payload(bytes(1001))
-        Channel(driver).send_payload(bytes(1000))
+            channel.send_payload(session_net.Payload(bytes(1001)))
+        channel.send_payload(session_net.Payload(bytes(1000)))
         task.settimeout(5)
-        assert len(_read_all(task, 8 + 1000)) == 8 + 1000  # only the frame within the limit went out
+        assert len(_read_all(task, 8 + 1000 + 32)) == 8 + 1000 + 32  # only the frame within the limit went out
         task.settimeout(0.2)
         with pytest.raises(TimeoutError):
             task.recv(1)
     finally:
         driver.close()
         task.close()
+
+
+def test_a_frame_without_the_right_tag_is_never_unpickled(tmp_path):
+    payload, marker = live_payload(tmp_path)
+    receiver, sender, driver, task = channel_pair()
+    try:
+        task.sendall(frame_bytes(payload))  # injected into the connection: the attacker has no channel key
+        with pytest.raises(FrameError, match="frame 0 on this connection failed authentication"):
+            receiver.receive()
+        assert not marker.exists()
+    finally:
+        driver.close()
+        task.close()
+
+
+def _wire(payload_obj: Any, key: bytes, nonce: bytes = bytes(16), count: int = 1) -> bytes:
+    """The bytes a task's channel writes for ``count`` frames of ``payload_obj``."""
+    _, sender, driver, task = channel_pair(key, nonce)
+    try:
+        for _ in range(count):
+            sender.send(payload_obj)
+        driver.settimeout(5)
+        size = len(encode(payload_obj).data) + 8 + 32
+        return _read_all(driver, size * count)
+    finally:
+        driver.close()
+        task.close()
+
+
+def test_a_changed_replayed_or_moved_frame_is_refused():
+    key = new_key()
+    stats = {"n": np.arange(5.0)}
+    one = _wire(stats, key)
+    cases = {
+        "changed": one[:-40] + bytes([one[-40] ^ 1]) + one[-39:],  # one bit of the pickle
+        "replayed": _wire(stats, key, count=2)[len(one):],  # frame 1 arrives first: its sequence number is 1
+        "from another connection": _wire(stats, key, nonce=b"x" * 16),
+        "of another session": _wire(stats, new_key()),
+    }
+    for name, data in cases.items():
+        receiver, _, driver, task = channel_pair(key)
+        try:
+            task.sendall(data)
+            with pytest.raises(FrameError):
+                receiver.receive()
+        finally:
+            driver.close()
+            task.close()
+    receiver, _, driver, task = channel_pair(key)
+    try:  # the frame as sent is accepted
+        task.sendall(one)
+        assert receiver.receive()["n"].tolist() == [0, 1, 2, 3, 4]
+    finally:
+        driver.close()
+        task.close()
+
+
+class Interceptor:
+    """A TCP relay between tasks and a session server that can inject bytes into either direction."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server((LOOPBACK, 0))
+        self.address = self.listener.getsockname()[:2]
+        self.to_task: socket.socket | None = None
+        self.to_driver: socket.socket | None = None
+        self._ready = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        task_side, _ = self.listener.accept()
+        driver_side = socket.create_connection(self.target)
+        self.to_task, self.to_driver = task_side, driver_side
+        for source, sink in ((task_side, driver_side), (driver_side, task_side)):
+            threading.Thread(target=self._relay, args=(source, sink), daemon=True).start()
+        self._ready.set()
+
+    @staticmethod
+    def _relay(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self._ready.wait(10)
+        for sock in (self.listener, self.to_task, self.to_driver):
+            if sock is not None:
+                sock.close()
+
+
+@pytest.mark.parametrize("towards", ["task", "driver"])
+def test_a_pickle_injected_into_an_authenticated_connection_is_never_loaded(tmp_path, towards):
+    """An on-path attacker waits for the handshake to complete, then writes a frame into the connection."""
+    payload, marker = live_payload(tmp_path)
+    key = new_key()
+    server = SessionServer(LOOPBACK, key, 1)
+    relay = Interceptor((LOOPBACK, server.port))
+    try:
+        task = within(10, lambda: connect(relay.address, key, 0, 1))
+        (driver,) = within(10, server.channels)
+        victim = task if towards == "task" else driver
+        (relay.to_task if towards == "task" else relay.to_driver).sendall(frame_bytes(payload))
+        with pytest.raises(FrameError):
+            within(10, victim.receive)
+        assert not marker.exists()
+        task.close()
+    finally:
+        relay.close()
+        server.close()
 
 
 def _read_all(sock: socket.socket, n: int) -> bytes:
@@ -293,7 +426,8 @@ def fake_driver(behave: Callable[[socket.socket], None]) -> tuple[tuple[str, int
     return listener.getsockname()[:2], thread
 
 
-def run_task(monkeypatch, address: tuple[str, int], key: bytes) -> list:
+def run_task(monkeypatch, address: tuple[str, int], key: bytes, stateful: bool = False,
+             elements: list | None = None) -> list:
     """The real barrier-task body against ``address``, with a stand-in for Spark's task context."""
     import pyspark
 
@@ -307,7 +441,7 @@ def run_task(monkeypatch, address: tuple[str, int], key: bytes) -> list:
             return 1
 
     monkeypatch.setattr(pyspark.BarrierTaskContext, "get", classmethod(lambda cls: Context()))
-    return within(20, lambda: list(_session_task(address, key, False, iter([]))))
+    return within(20, lambda: list(_session_task(address, key, stateful, iter(elements or []))))
 
 
 def pickles_first(sock: socket.socket, payload: bytes) -> None:
@@ -367,7 +501,7 @@ def test_the_task_serves_an_authenticated_driver(monkeypatch):
         (channel,) = within(10, server.channels)
         channel.send(("run", 1, _count_blocks, None, False))
         assert channel.receive() == ("stats", 1, {})
-        channel.send(("stop",))
+        channel.send(("stop", 1))
         thread.join(20)
         assert out["yield"] == [(0, 1)]  # one sweep served
     finally:
@@ -376,6 +510,44 @@ def test_the_task_serves_an_authenticated_driver(monkeypatch):
 
 def _count_blocks(block, state, value):
     return state, {"n": 1}
+
+
+def _next_state(block, state, value):
+    return state + 1, {}
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_a_stateful_task_returns_its_states_only_if_it_served_the_whole_session(monkeypatch, late):
+    """A task Spark starts after the session ended (to recompute a lost partition of its result) is sent
+    ``stop`` at once: it holds the session's first states and must fail, not return them as final."""
+    key = new_key()
+    server = SessionServer(LOOPBACK, key, 1)
+    out: dict[str, Any] = {}
+
+    def task() -> None:
+        try:
+            out["yield"] = run_task(monkeypatch, (LOOPBACK, server.port), key, stateful=True,
+                                    elements=[(0, ("block", 0))])
+        except SessionError as error:
+            out["error"] = error
+
+    try:
+        thread = threading.Thread(target=task)
+        thread.start()
+        (channel,) = within(10, server.channels)
+        if not late:
+            for request in (1, 2):
+                channel.send(("run", request, _next_state, None, False))
+                assert channel.receive() == ("stats", request, {})
+        channel.send(("stop", 2))  # the session served two sweeps
+        thread.join(20)
+    finally:
+        server.close()
+    if late:
+        assert "yield" not in out
+        assert "ended after 2 sweeps, but this task served 0" in str(out["error"])
+    else:
+        assert out["yield"] == [(0, ("block", 2))]
 
 
 # ------------------------------------------------------------------------------------- with Spark: the session

@@ -10,7 +10,9 @@ deserializes anything:
    (:func:`multiprocessing.connection.deliver_challenge` and
    :func:`~multiprocessing.connection.answer_challenge`: an HMAC of a random message; every handshake message
    longer than 256 bytes is refused before it is read);
-2. the task's hello: a fixed 16-byte struct (partition id, task attempt id).
+2. the task's hello, a fixed 16-byte struct (partition id, task attempt id), and the driver's reply, 16
+   random bytes (the channel's nonce).  Both sides derive the channel's two keys, one per direction, from
+   the session key, the hello and the nonce (:func:`channel_keys`).
 
 Each connection shakes hands in its own thread under a deadline (:data:`HANDSHAKE_SECONDS`): a peer that
 sends nothing or garbage is logged (warning) and dropped, and never delays another connection.  At most
@@ -18,15 +20,19 @@ sends nothing or garbage is logged (warning) and dropped, and never delays anoth
 error in the server's threads is kept in :attr:`SessionServer.error` and raised by
 :meth:`SessionServer.channels` as a :class:`SessionError`, and the server stops listening.
 
-**Frames.**  After the handshake, both sides exchange frames over a :class:`Channel`: an 8-byte length and
-a pickle (protocol 5) of at most :data:`MAX_FRAME_BYTES`.  Frames are not encrypted and not individually
-authenticated: whoever can inject into an established TCP connection between the driver and a task can
-make either side unpickle its data (see ``docs/security.md``).  :class:`Channel` is the only code that
-reads or writes frames, so TLS or a per-frame HMAC is a change to it alone.
+**Frames.**  After the handshake, both sides exchange frames over a :class:`Channel`: an 8-byte length, a
+pickle (protocol 5) of at most :data:`MAX_FRAME_BYTES`, and a 32-byte tag, the HMAC-SHA256 under the
+direction's channel key of the frame's sequence number, its length and the SHA-256 of the pickle.  The
+receiver checks the tag before it unpickles anything: a frame changed, dropped, replayed, reordered or
+moved from another connection fails the check, and the receiver raises :class:`FrameError` without
+unpickling it.  Frames are authenticated, not encrypted (``docs/security.md``).  The SHA-256 of a payload is
+computed once (:func:`encode`), however many channels it is sent to.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import pickle
 import secrets
@@ -38,8 +44,8 @@ from multiprocessing.connection import AuthenticationError, Connection, answer_c
 from typing import Any
 
 __all__ = [
-    "SessionError", "Channel", "SessionServer", "connect", "new_key", "encode",
-    "HANDSHAKE_SECONDS", "MAX_HANDSHAKES", "MAX_FRAME_BYTES",
+    "SessionError", "FrameError", "Channel", "Payload", "SessionServer", "connect", "new_key", "encode",
+    "channel_keys", "HANDSHAKE_SECONDS", "MAX_HANDSHAKES", "MAX_FRAME_BYTES",
 ]
 
 log = logging.getLogger(__name__)
@@ -53,6 +59,9 @@ MAX_FRAME_BYTES = 1 << 32
 _KEY_BYTES = 32
 _HEADER = struct.Struct("!Q")
 _HELLO = struct.Struct("!qq")  # partition id, task attempt id
+_NONCE_BYTES = 16
+_TAG_BYTES = 32
+_SEQUENCE = struct.Struct("!QQ")  # a frame's sequence number and length, as its tag covers them
 #: payloads up to this size go out in one write with their header (as multiprocessing.connection does)
 _JOIN_BELOW = 16384
 _POLL_SECONDS = 0.5
@@ -65,14 +74,54 @@ class SessionError(RuntimeError):
     """The sweep session failed: its Spark job, its server, or its protocol (the message says which)."""
 
 
+class FrameError(SessionError):
+    """A frame's tag is wrong: it was not sent by the other end of this channel, in this order, as it is."""
+
+
 def new_key() -> bytes:
     """A fresh random session key (32 bytes)."""
     return secrets.token_bytes(_KEY_BYTES)
 
 
-def encode(obj: Any) -> bytes:
+class Payload:
+    """A frame's payload: a pickle and its SHA-256 (computed once, for every channel it is sent to).
+
+    Attributes
+    ----------
+    data : bytes
+    digest : bytes
+        SHA-256 of ``data`` (32 bytes).
+    """
+
+    __slots__ = ("data", "digest")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.digest = hashlib.sha256(data).digest()
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+def encode(obj: Any) -> Payload:
     """The payload of a frame holding ``obj`` (a pickle, protocol 5); one payload may go to many channels."""
-    return pickle.dumps(obj, protocol=5)
+    return Payload(pickle.dumps(obj, protocol=5))
+
+
+def channel_keys(key: bytes, hello: bytes, nonce: bytes, *, driver: bool) -> tuple[bytes, bytes]:
+    """The keys ``(send, receive)`` of one side of a channel.
+
+    Both are derived from the session ``key``, the task's ``hello`` and the driver's ``nonce`` (HMAC-SHA256),
+    one per direction, so that a frame is valid only on its own connection and in its own direction.
+    """
+    base = hmac.digest(key, b"crowdspark sweep session channel\0" + hello + nonce, "sha256")
+    to_task = hmac.digest(base, b"driver to task", "sha256")
+    to_driver = hmac.digest(base, b"task to driver", "sha256")
+    return (to_task, to_driver) if driver else (to_driver, to_task)
+
+
+def _tag(key: bytes, sequence: int, size: int, digest: bytes) -> bytes:
+    return hmac.digest(key, _SEQUENCE.pack(sequence, size) + digest, "sha256")
 
 
 def _read_exact(sock: socket.socket, n: int) -> bytearray:
@@ -88,23 +137,29 @@ def _read_exact(sock: socket.socket, n: int) -> bytearray:
 
 
 class Channel:
-    """An authenticated connection: frames of pickles, both ways.
+    """An authenticated connection: frames of pickles, both ways, each with its tag.
 
     Parameters
     ----------
     sock : socket.socket
         A connected, blocking socket whose peer has completed the handshake.
+    keys : (bytes, bytes)
+        This side's ``(send, receive)`` keys (:func:`channel_keys`).
     """
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, keys: tuple[bytes, bytes]) -> None:
         self._sock = sock
+        self._send_key, self._receive_key = keys
+        self._sent = 0
+        self._received = 0
+        self._send_lock = threading.Lock()
         if sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def send(self, obj: Any) -> None:
         self.send_payload(encode(obj))
 
-    def send_payload(self, payload: bytes) -> None:
+    def send_payload(self, payload: Payload) -> None:
         """Send a frame holding ``payload`` (from :func:`encode`), without copying a large payload.
 
         Raises
@@ -112,20 +167,25 @@ class Channel:
         SessionError
             ``payload`` is above :data:`MAX_FRAME_BYTES` (nothing is sent).
         """
-        if len(payload) > MAX_FRAME_BYTES:
+        size = len(payload.data)
+        if size > MAX_FRAME_BYTES:
             raise SessionError(
-                f"sweep session: a frame of {len(payload)} bytes is above the limit of {MAX_FRAME_BYTES} bytes; "
+                f"sweep session: a frame of {size} bytes is above the limit of {MAX_FRAME_BYTES} bytes; "
                 "set spark.sweep_mode=jobs for a model this large"
             )
-        header = _HEADER.pack(len(payload))
-        if len(payload) < _JOIN_BELOW:
-            self._sock.sendall(header + payload)
-        else:
-            self._sock.sendall(header)
-            self._sock.sendall(payload)
+        with self._send_lock:
+            tag = _tag(self._send_key, self._sent, size, payload.digest)
+            self._sent += 1
+            header = _HEADER.pack(size)
+            if size < _JOIN_BELOW:
+                self._sock.sendall(header + payload.data + tag)
+            else:
+                self._sock.sendall(header)
+                self._sock.sendall(payload.data)
+                self._sock.sendall(tag)
 
     def receive(self) -> Any:
-        """The next frame's object.
+        """The next frame's object, unpickled only after its tag is checked.
 
         Raises
         ------
@@ -133,6 +193,8 @@ class Channel:
             The connection was closed or broke.
         SessionError
             The frame's length is above :data:`MAX_FRAME_BYTES` (nothing of it is read).
+        FrameError
+            The frame's tag is wrong (nothing of it is unpickled).
         """
         (size,) = _HEADER.unpack(_read_exact(self._sock, _HEADER.size))
         if size > MAX_FRAME_BYTES:
@@ -140,7 +202,16 @@ class Channel:
                 f"sweep session: a frame of {size} bytes announced, above the limit of {MAX_FRAME_BYTES} bytes; "
                 "the stream is broken (a bug: please report it)"
             )
-        return pickle.loads(_read_exact(self._sock, size))
+        data = _read_exact(self._sock, size)
+        tag = _read_exact(self._sock, _TAG_BYTES)
+        expected = _tag(self._receive_key, self._received, size, hashlib.sha256(data).digest())
+        if not hmac.compare_digest(tag, expected):
+            raise FrameError(
+                f"sweep session: frame {self._received} on this connection failed authentication (its tag does "
+                "not match): it was changed, replayed or injected on the way; nothing of it was unpickled"
+            )
+        self._received += 1
+        return pickle.loads(data)
 
     def close(self) -> None:
         self._sock.close()
@@ -219,9 +290,11 @@ def connect(address: tuple[str, int], key: bytes, partition: int, attempt_id: in
         ) from error
     try:
         sock.settimeout(None)
+        hello = _HELLO.pack(partition, attempt_id)
         with _Deadline(sock, handshake_seconds):
             _authenticate(sock, key, server=False)
-            sock.sendall(_HELLO.pack(partition, attempt_id))
+            sock.sendall(hello)
+            nonce = bytes(_read_exact(sock, _NONCE_BYTES))
     except _HANDSHAKE_FAILURES as error:
         sock.close()
         raise SessionError(
@@ -229,7 +302,7 @@ def connect(address: tuple[str, int], key: bytes, partition: int, attempt_id: in
             "this task does not hold the session key, or the connection broke; nothing the server sent was "
             "deserialized"
         ) from error
-    return Channel(sock)
+    return Channel(sock, channel_keys(key, hello, nonce, driver=False))
 
 
 def _family(host: str) -> socket.AddressFamily:
@@ -267,7 +340,7 @@ class SessionServer:
         self._handshakes = 0
         self._min_attempt_id = -1  # attempts up to this id belong to failed stage attempts
         self._seen_attempt_id = -1
-        self._to_all: bytes | None = None
+        self._to_all: Payload | None = None
         self._closed = False
         self.error: BaseException | None = None
         self._acceptor = threading.Thread(target=self._accept_loop, name="crowdspark-session-accept", daemon=True)
@@ -315,13 +388,16 @@ class SessionServer:
                 sock.settimeout(None)
                 with _Deadline(sock, self.handshake_seconds):
                     _authenticate(sock, self._key, server=True)
-                    partition, attempt_id = _HELLO.unpack(_read_exact(sock, _HELLO.size))
+                    hello = bytes(_read_exact(sock, _HELLO.size))
+                    nonce = secrets.token_bytes(_NONCE_BYTES)
+                    sock.sendall(nonce)
             except _HANDSHAKE_FAILURES as error:
                 log.warning("sweep session: dropped a connection from %s that did not complete the handshake "
                             "(%r)", _name(peer), error)
                 sock.close()
                 return
-            self._admit(Channel(sock), partition, attempt_id)
+            partition, attempt_id = _HELLO.unpack(hello)
+            self._admit(Channel(sock, channel_keys(self._key, hello, nonce, driver=True)), partition, attempt_id)
         except BaseException as error:  # kept for channels()
             sock.close()
             self._fail(error)
@@ -382,6 +458,12 @@ class SessionServer:
                     return [self._channels[p] for p in range(self.n_partitions)]
                 self._lock.wait(_POLL_SECONDS)
 
+    @property
+    def admitted(self) -> int:
+        """How many partitions have a channel (tasks that completed the handshake and were not forgotten)."""
+        with self._lock:
+            return len(self._channels)
+
     def wake(self) -> None:
         """Make a waiting :meth:`channels` run its check now."""
         with self._lock:
@@ -395,7 +477,7 @@ class SessionServer:
             self._channels.clear()
             self._min_attempt_id = self._seen_attempt_id
 
-    def send_to_all(self, payload: bytes) -> None:
+    def send_to_all(self, payload: Payload) -> None:
         """Send ``payload`` to every admitted task, and to every task admitted from now on (e.g. ``stop``)."""
         with self._lock:
             self._to_all = payload
@@ -417,7 +499,7 @@ def _name(peer: Any) -> str:
     return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
 
 
-def _send_quietly(channel: Channel, payload: bytes) -> None:
+def _send_quietly(channel: Channel, payload: Payload) -> None:
     try:
         channel.send_payload(payload)
     except OSError:

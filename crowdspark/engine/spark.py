@@ -26,6 +26,7 @@ import pickle
 import tempfile
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from crowdspark.engine.resident import (
     resolve,
     spill,
 )
-from crowdspark.engine.session import InjectedTaskFailure, SweepSession
+from crowdspark.engine.session import PROBE_SECONDS, InjectedTaskFailure, SessionError, SweepSession, probe
 from crowdspark.errors import ConfigError
 from crowdspark.io.datatree import tree_from_bytes, tree_to_bytes
 from crowdspark.models.base import State
@@ -216,6 +217,76 @@ def session_addresses(master: str, conf) -> tuple[str, str]:
     return conf.get("spark.driver.bindAddress") or host, host
 
 
+#: settings that make Spark encrypt its own traffic; a sweep session's frames are authenticated, not encrypted
+ENCRYPTION_SETTINGS = ("spark.network.crypto.enabled", "spark.ssl.rpc.enabled", "spark.ssl.enabled")
+
+
+def _on(conf, key: str) -> bool:
+    return (conf.get(key) or "false").strip().lower() == "true"
+
+
+def executor_slots(sc) -> int:
+    """Tasks the application's executors can run at once (what a barrier stage may use)."""
+    jsc = sc._jsc.sc()
+    return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+
+
+@dataclass(frozen=True)
+class SweepChoice:
+    """How a run's sweeps go to Spark, and why.
+
+    Attributes
+    ----------
+    mode : str
+        ``"session"`` (sweep sessions) or ``"jobs"`` (one Spark job per sweep).
+    reason : str
+        One sentence, for the log and ``summary.json``.
+    tasks : int
+        Barrier tasks of a session (0 in jobs mode, or when it follows from the partitions).
+    """
+
+    mode: str
+    reason: str
+    tasks: int = 0
+
+
+def static_choice(requested: str, master: str, conf) -> SweepChoice | None:
+    """The sweep mode when the configuration alone decides it; ``None`` when only a probe can.
+
+    Parameters
+    ----------
+    requested : {"auto", "session", "jobs"}
+        ``spark.sweep_mode``.
+    master : str
+        ``SparkContext.master``.
+    conf : pyspark.SparkConf or mapping
+
+    Raises
+    ------
+    ConfigError
+        ``session`` was asked for where a barrier stage cannot run (dynamic allocation on a cluster).
+    """
+    if requested == "jobs":
+        return SweepChoice("jobs", "spark.sweep_mode = jobs")
+    local = master.startswith("local")
+    if not local and _on(conf, "spark.dynamicAllocation.enabled"):
+        reason = "spark.dynamicAllocation.enabled is true, and a barrier stage needs a fixed set of executors"
+        if requested == "session":
+            raise ConfigError(f"spark.sweep_mode = session cannot run: {reason}; set spark.sweep_mode=auto "
+                              "(one Spark job per sweep) or turn dynamic allocation off")
+        return SweepChoice("jobs", reason)
+    if local:
+        if requested == "session":
+            return SweepChoice("session", "spark.sweep_mode = session")
+        return SweepChoice("session", "local master: the tasks reach the driver on the loopback address")
+    encrypted = [key for key in ENCRYPTION_SETTINGS if _on(conf, key)]
+    if requested == "auto" and encrypted:
+        return SweepChoice("jobs", f"{encrypted[0]} is true: Spark encrypts its traffic, and a sweep session's "
+                                   "frames are authenticated but not encrypted; set spark.sweep_mode=session to use "
+                                   "sessions anyway (docs/security.md)")
+    return None
+
+
 class SparkEngine(Engine):
     """Holds the blocks as a cached RDD.
 
@@ -238,7 +309,17 @@ class SparkEngine(Engine):
     sweep_mode : {"auto", "session", "jobs"}
         ``jobs``: one Spark job per sweep.  ``session``: the sweeps of a fit in barrier jobs that keep the
         blocks and states in the tasks (:mod:`crowdspark.engine.session`).  ``auto``: ``session`` on a
-        local master without dynamic allocation, else ``jobs``.
+        local master; on a cluster, ``session`` if the first fit's probe (:func:`~crowdspark.engine.session.probe`)
+        shows that a barrier stage can run on every executor slot and that its tasks reach the driver within
+        a few seconds, and neither dynamic allocation nor Spark's encryption is on; else ``jobs``.  The choice
+        and its reason are in :meth:`report`.
+
+    Notes
+    -----
+    Stateful models truncate their lineage with ``checkpoint()`` when the SparkContext has a checkpoint
+    directory (``spark.checkpoint.dir``), which survives lost executors, and with ``localCheckpoint()``
+    otherwise, which does not: on a cluster, a lost executor then fails a stateful fit once its first
+    truncation is behind it (a warning says so).
     """
 
     name = "spark"
@@ -263,13 +344,11 @@ class SparkEngine(Engine):
         self.tree_depth = tree_depth
         self.inject_task_failure = inject_task_failure
         self.engine_id = uuid.uuid4().hex[:16]
-        self.resident = resident_blocks == "on" or (
-            resident_blocks == "auto" and self.sc.master.startswith("local")
-        )
-        dynamic = self.sc.getConf().get("spark.dynamicAllocation.enabled", "false").lower() == "true"
-        self.sessions = sweep_mode == "session" or (
-            sweep_mode == "auto" and self.sc.master.startswith("local") and not dynamic
-        )
+        self.local = self.sc.master.startswith("local")
+        self.resident = resident_blocks == "on" or (resident_blocks == "auto" and self.local)
+        self.sweep_mode = sweep_mode
+        self.choice = static_choice(sweep_mode, self.sc.master, self.sc.getConf())
+        self._warned_local_checkpoints = False
         self._session: SweepSession | None = None
         self._in_fit = False
         self._sessions_run = 0
@@ -299,42 +378,119 @@ class SparkEngine(Engine):
     def _aggregate(self, rdd) -> Stats:
         return rdd.treeAggregate({}, add_stats, add_stats, depth=self.tree_depth)
 
+    @property
+    def sessions(self) -> bool:
+        """Whether fits run in sweep sessions (``False`` until a cluster's first fit has decided)."""
+        return self.choice is not None and self.choice.mode == "session"
+
+    @property
+    def reliable_checkpoints(self) -> bool:
+        """Whether lineage truncations are written to the SparkContext's checkpoint directory."""
+        return bool(self.sc.getCheckpointDir())
+
+    def _truncate(self, rdd) -> None:
+        if self.reliable_checkpoints:
+            rdd.checkpoint()
+        else:
+            rdd.localCheckpoint()
+
+    def _decide(self) -> SweepChoice:
+        """Probe the cluster (``auto`` or ``session`` on a cluster master) and choose the sweep mode.
+
+        Raises
+        ------
+        ConfigError
+            ``spark.sweep_mode = session`` and sessions cannot run here (the message says why).
+        """
+        slots = executor_slots(self.sc)
+        tasks = min(self.n_partitions, slots)
+        try:
+            bind, host = session_addresses(self.sc.master, self.sc.getConf())
+        except ConfigError as error:
+            reason: str | None = str(error)
+        else:
+            reason = probe(self.sc, tasks, host, bind) if tasks >= 1 else "no executor has registered a slot"
+        if reason is None:
+            return SweepChoice("session", f"{tasks} barrier tasks (one per slot) reached the driver at {host} within "
+                                          f"{PROBE_SECONDS:g} s", tasks)
+        if self.sweep_mode == "session":
+            raise ConfigError(f"spark.sweep_mode = session cannot run: {reason}; set spark.sweep_mode=auto to fall "
+                              "back to one Spark job per sweep")
+        log.warning("spark engine: one Spark job per sweep, because %s", reason)
+        return SweepChoice("jobs", reason)
+
     def begin_sweeps(self, stateful: bool) -> None:
         """A fit starts: with sessions on, its sweeps run in sweep sessions (:mod:`crowdspark.engine.session`).
 
-        Sessions start at the fit's first sweep.  A session of a model with per-item state ends every
-        ``session_sweeps`` sweeps (its states become the new cached RDD, with a truncated lineage), when
-        its replay log passes 256 MiB, and before anything else needs the cluster (checkpoints, item
-        results).
+        On a cluster, the run's first fit decides whether they are on (:meth:`_decide`).  Sessions start at the
+        fit's first sweep.  A session of a model with per-item state ends every ``session_sweeps`` sweeps (its
+        states become the new cached RDD, with a truncated lineage), when its replay log passes 256 MiB, and
+        before anything else needs the cluster (checkpoints, item results).
         """
+        if self.choice is None:
+            self.choice = self._decide()
+            log.info("spark engine: sweep mode %s (%s)", self.choice.mode, self.choice.reason)
+        if stateful and not self.local and not self.reliable_checkpoints and not self._warned_local_checkpoints:
+            self._warned_local_checkpoints = True
+            log.warning("spark engine: no checkpoint directory is set, so this fit keeps its per-item states with "
+                        "local checkpoints, and a lost executor fails it; set spark.checkpoint.dir to a folder "
+                        "on a filesystem every executor can reach (e.g. HDFS) to survive one")
         self._in_fit = self._in_fit or self.sessions
 
     def end_sweeps(self) -> None:
         self._close_session()
         self._in_fit = False
 
+    def _new_session(self, rdd, stateful: bool, inject_task_failure: int = 0) -> SweepSession:
+        bind, host = session_addresses(self.sc.master, self.sc.getConf())
+        self._sessions_run += 1
+        return SweepSession(
+            rdd, host, bind=bind, stateful=stateful, storage=self._storage, reliable=self.reliable_checkpoints,
+            inject_task_failure=inject_task_failure,
+        )
+
     def _start_session(self, stateful: bool) -> SweepSession:
-        tasks = max(1, min(self.n_partitions, self.sc.defaultParallelism))
+        tasks = self.choice.tasks or max(1, min(self.n_partitions, self.sc.defaultParallelism))
         # a barrier stage cannot narrow-coalesce its parent (SPARK-24820): more partitions than slots are
         # regrouped by a shuffle of the cached elements (only small handles in resident mode)
         rdd = self._current if self._current.getNumPartitions() == tasks else _regroup(self._current, tasks)
-        bind, host = session_addresses(self.sc.master, self.sc.getConf())
-        self._session = SweepSession(
-            rdd, host, bind=bind, stateful=stateful, storage=self._storage,
-            inject_task_failure=self.inject_task_failure,
-        )
-        self._sessions_run += 1
+        self._session = self._new_session(rdd, stateful, self.inject_task_failure)
         return self._session
 
     def _close_session(self) -> None:
-        """End the running session; a stateful one's final states become the current cached RDD."""
+        """End the running session; a stateful one's final states become the current cached RDD.
+
+        Raises
+        ------
+        SessionError
+            A stateful session's job failed after its sweeps (its final states were lost, e.g. with an
+            executor) and running the session again failed too.
+        """
         if self._session is None:
             return
         session, self._session = self._session, None
         session.close()
         self._session_restarts += session.restarts
-        if session.stateful and not session.failed:
-            self._adopt(session.result)
+        if not session.stateful:
+            return
+        if session.failed:
+            session = self._run_again(session)
+        self._adopt(session.result)
+
+    def _run_again(self, failed: SweepSession) -> SweepSession:
+        """A new session on the failed one's elements, served the failed one's requests, and closed."""
+        requests = failed.requests
+        log.warning("spark engine: the session's final states were lost after its %d sweeps (%s); running them "
+                    "again", len(requests), failed.error)
+        session = self._new_session(failed.input, stateful=True)
+        try:
+            session.replay(requests)
+        finally:
+            session.close()
+            self._session_restarts += session.restarts
+        if session.failed:
+            raise SessionError(f"the sweep session failed twice after its sweeps; last error: {session.error}")
+        return session
 
     def _adopt(self, rdd) -> None:
         """Make ``rdd`` (states with a truncated lineage, materialized) current; free everything older."""
@@ -375,10 +531,7 @@ class SparkEngine(Engine):
         truncate = self._sweeps_since_anchor >= self.checkpoint_interval
         new.persist(self._storage)
         if truncate:
-            if self.sc.getCheckpointDir():
-                new.checkpoint()
-            else:
-                new.localCheckpoint()
+            self._truncate(new)
         stats = self._aggregate(new.filter(_is_stats).map(_payload))
         self._pending_broadcasts.append(broadcast)
         self._current = new.filter(_is_block)
@@ -430,7 +583,7 @@ class SparkEngine(Engine):
         spark = SparkSession.builder.getOrCreate()
         states = spark.read.schema(_STATE_SCHEMA).parquet(_file_uri(path)).rdd.map(_state_pair)
         restored = self._base.map(_keyed_block).join(states).map(_joined).persist(self._storage)
-        restored.localCheckpoint()
+        self._truncate(restored)
         n_restored, n_blocks = restored.count(), self.materialize()
         if n_restored != n_blocks:
             restored.unpersist(blocking=False)
@@ -460,7 +613,18 @@ class SparkEngine(Engine):
         return blobs.mapInArrow(partial(_decode_items, to_batch=to_batch), schema)
 
     def report(self) -> dict[str, Any]:
-        return {"sweep_sessions": self.session_report()}
+        """``sweep_mode`` (asked, chosen, why), ``sweep_sessions`` (:meth:`session_report`) and
+        ``state_checkpoints`` (``reliable`` or ``local``)."""
+        choice = self.choice
+        return {
+            "sweep_mode": {
+                "requested": self.sweep_mode,
+                "chosen": choice.mode if choice else None,
+                "reason": choice.reason if choice else "no fit ran",
+            },
+            "sweep_sessions": self.session_report(),
+            "state_checkpoints": "reliable" if self.reliable_checkpoints else "local",
+        }
 
     def close(self) -> None:
         """Unpersist every cached RDD and destroy every broadcast."""
