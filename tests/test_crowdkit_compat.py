@@ -46,6 +46,7 @@ ATTRIBUTES = ("labels_", "probas_", "errors_", "skills_", "priors_")
 #: crowdspark's parameters matched to crowd-kit's rules (crowd-kit takes none of these)
 MATCHED = {
     "DawidSkene": {"smoothing": 1e-10},
+    "OneCoinDawidSkene": {"smoothing": 1e-10},
     "Wawa": {"preset": "crowd-kit"},
     "ZeroBasedSkill": {"preset": "crowd-kit"},
     "MMSR": {"preset": "crowd-kit"},
@@ -96,7 +97,8 @@ def assert_same_layout(theirs, ours, what: str) -> None:
 
 
 def test_every_method_crowd_kit_has_is_here_under_its_name():
-    assert {"DawidSkene", "GoldMajorityVote", "KOS", "MMSR", "MajorityVote", "Wawa", "ZeroBasedSkill"} <= set(
+    assert {"DawidSkene", "GoldMajorityVote", "KOS", "MMSR", "MajorityVote", "OneCoinDawidSkene", "Wawa",
+            "ZeroBasedSkill"} <= set(
         both_have())
 
 

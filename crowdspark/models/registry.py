@@ -31,6 +31,7 @@ from crowdspark.models.idbla_gibbs import Bcc, FixedIdbla, IdblaGibbs
 from crowdspark.models.majority_vote import MajorityVote
 from crowdspark.models.kos import Kos
 from crowdspark.models.mmsr import Mmsr
+from crowdspark.models.one_coin import OneCoinDawidSkene
 from crowdspark.models.wawa import Wawa
 from crowdspark.models.zero_based_skill import ZeroBasedSkill
 from crowdspark.validation import check_choice, check_int, did_you_mean
@@ -54,6 +55,7 @@ MODELS: tuple[type[Model], ...] = (
     IdblaCvb,
     IdblaCvb0,
     DifficultyDawidSkene,
+    OneCoinDawidSkene,
     Wawa,
     ZeroBasedSkill,
     Kos,
