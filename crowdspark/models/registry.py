@@ -23,6 +23,7 @@ from crowdspark.docstrings import field_docs
 from crowdspark.errors import ConfigError
 from crowdspark.faces import display_key, field_name
 from crowdspark.models.base import LevelModel, Model
+from crowdspark.models.adaptive_ds import AdaptiveDawidSkene
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.models.difficulty_ds import DifficultyDawidSkene
 from crowdspark.models.gold_majority_vote import GoldMajorityVote
@@ -56,6 +57,7 @@ MODELS: tuple[type[Model], ...] = (
     IdblaCvb0,
     DifficultyDawidSkene,
     OneCoinDawidSkene,
+    AdaptiveDawidSkene,
     Wawa,
     ZeroBasedSkill,
     Kos,
