@@ -16,11 +16,14 @@ import pytest
 from crowdspark.block import build_blocks
 from crowdspark.cli import main
 from crowdspark.errors import ConfigError
+from crowdspark.io.worker_table import worker_table_from_frame
 from crowdspark.models.adaptive_ds import AdaptiveDawidSkene, n_free_params, structure_scores
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.models.one_coin import OneCoinDawidSkene
 from crowdspark.models.registry import build_model
+from tests.helpers import DATA
 from tests.test_catalogue_simple import one_coin_crowd, run
+from tests.test_worker_table import _started
 
 
 def biased_crowd(n_items: int = 600, n_classes: int = 2, seed: int = 0):
@@ -114,3 +117,16 @@ def test_summary_records_the_choice_and_a_warm_start_keeps_it(tmp_path):
 def test_bad_parameters_are_config_errors(key, value, message):
     with pytest.raises(ConfigError, match=message):
         build_model("ads", {key: value}, 3, 2, 0)
+
+
+def test_a_worker_table_starts_both_structures_of_the_listed_workers():
+    temp = pd.read_csv(DATA / "temp" / "labels.csv", dtype=str)
+    workers = sorted(temp["worker"].unique())[:2]
+    table = worker_table_from_frame(pd.DataFrame({"worker": workers, "accuracy": [0.9, 0.6]}))
+    _, own, started, enc = _started("ads", temp, table)
+    index = [enc.workers.index(w) for w in workers]
+    for m in (0, 1):  # an accuracy is a one-coin matrix: both structures start from it
+        np.testing.assert_allclose(np.exp(started["log_pi"][index, m, 0, 0]), [0.9, 0.6])
+    others = np.setdiff1d(np.arange(enc.n_workers), index)
+    np.testing.assert_array_equal(started["log_pi"][others], own["log_pi"][others])
+    assert not started["kept"]  # a table starts the workers, not the structure
