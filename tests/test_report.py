@@ -220,3 +220,45 @@ def test_chromium_opens_the_report_without_console_errors(runs, name, tmp_path):
     screenshot = tmp_path / "report.png"
     assert _open_in_chromium(runs[name] / REPORT_FILE, screenshot) == ""
     assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 20_000
+
+
+@pytest.fixture()
+def quality_run(runs, tmp_path) -> Path:
+    """The gold run with what a run computing quality statistics adds: a ``quality`` section in summary.json,
+    per-item and per-worker columns, a spammer flag and a ranked relabel/ queue (values derived from the run)."""
+    import json
+
+    run = tmp_path / "quality"
+    shutil.copytree(runs["gold"], run)
+    items = pd.read_parquet(run / "items")
+    items["vote_entropy"] = 1.0 - items["confidence"]
+    items.to_parquet(run / "items" / "part-00000.parquet")
+    workers = pd.read_parquet(run / "workers")
+    workers["spammer_score"] = (2 * workers["accuracy"] - 1).clip(0, 1)
+    workers["spammer"] = workers["spammer_score"] < 0.3
+    workers.to_parquet(run / "workers" / "part-00000.parquet")
+    queue = items.sort_values("confidence").reset_index(drop=True)[["item", "label", "confidence"]]
+    queue.insert(0, "rank", np.arange(1, len(queue) + 1))
+    (run / "relabel").mkdir()
+    queue.iloc[::-1].to_parquet(run / "relabel" / "part-00000.parquet")  # written out of order
+    summary = json.loads((run / "summary.json").read_text())
+    reference = collect(str(runs["gold"])).calibration
+    summary["quality"] = {"krippendorff_alpha": 0.25, "class_agreement": {"1": 0.7, "2": 0.6},
+                          "workers": {"spammers": int(workers["spammer"].sum())},
+                          "calibration": {"n_gold": reference.n, "ece": reference.ece,
+                                          "bins": reference.table.to_dict("records")}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run
+
+
+def test_the_quality_statistics_are_drawn_when_the_run_has_them(quality_run):
+    facts = collect(str(quality_run))
+    assert facts.calibration.source.startswith("computed by the run")
+    assert list(facts.relabel["rank"]) == list(range(1, 16))
+    page = build_report(str(quality_run))
+    quality = _section(page, "quality")
+    for text in ("krippendorff_alpha", "class_agreement.1", "workers.spammers", "items/ column vote_entropy",
+                 "workers/ column spammer_score", "relabel queue"):
+        assert text in quality, text
+    assert "bins" not in quality  # the calibration is drawn in its own section
+    assert "spammer: " in _section(page, "workers")

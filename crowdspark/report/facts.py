@@ -18,10 +18,10 @@ from crowdspark.block import GoldSplit
 from crowdspark.config import GoldConfig
 from crowdspark.errors import CrowdsparkError
 from crowdspark.io.pandas_reader import prepare_gold, read_frame
-from crowdspark.report.tables import item_batches, item_columns, read_head, read_summary, read_workers, table_format
+from crowdspark.report.tables import item_batches, item_columns, read_queue, read_summary, read_workers, table_format
 from crowdspark.rng import item_keys
 
-__all__ = ["Histogram", "Calibration", "Changes", "ItemFacts", "RunFacts", "collect"]
+__all__ = ["Histogram", "Calibration", "Changes", "ItemFacts", "RunFacts", "summary_calibration", "collect"]
 
 #: bins of the confidence histogram and of the reliability table (equal width on [0, 1])
 CONFIDENCE_BINS = 20
@@ -64,11 +64,14 @@ class Calibration:
         Expected calibration error: sum over bins of (items / n) * |accuracy - mean confidence|.
     n : int
         Gold items scored.
+    source : str
+        Who computed it: the run (``summary.json``'s ``quality.calibration``) or the report (items and gold).
     """
 
     table: pd.DataFrame
     ece: float
     n: int
+    source: str = "computed by the report from items/ and the gold file"
 
 
 @dataclass
@@ -176,6 +179,17 @@ def _calibration(confidence: np.ndarray, correct: np.ndarray) -> Calibration:
     return Calibration(table=table, ece=ece, n=n)
 
 
+def summary_calibration(summary: dict[str, Any]) -> Calibration | None:
+    """The calibration the run computed itself (``summary.json``'s ``quality.calibration``), when it has one."""
+    computed = (summary.get("quality") or {}).get("calibration") or {}
+    rows = [row for row in computed.get("bins", []) if row.get("items")]
+    if not rows or computed.get("ece") is None:
+        return None
+    table = pd.DataFrame(rows)[["low", "high", "items", "mean_confidence", "accuracy"]]
+    return Calibration(table=table, ece=float(computed["ece"]), n=int(computed.get("n_gold", table["items"].sum())),
+                       source='computed by the run (summary.json, "quality.calibration")')
+
+
 def _item_pass(run_dir: str, fmt: str, numeric: list[str], truth: pd.Series | None
                ) -> tuple[ItemFacts, Calibration | None]:
     """Both passes over ``items/``: ranges first, then the histograms and the gold items' confidences."""
@@ -258,15 +272,17 @@ def collect(run_dir: str, gold_path: str | None = None) -> RunFacts:
     fmt = table_format(summary)
     workers = read_workers(run_dir, fmt)
     columns, numeric = item_columns(run_dir, fmt)
-    truth, calibration_note = _gold_truth(summary, gold_path)
+    computed = None if gold_path else summary_calibration(summary)
+    truth, calibration_note = (None, "") if computed else _gold_truth(summary, gold_path)
     if columns:
         items, calibration = _item_pass(run_dir, fmt, [c for c in numeric if c not in _NOT_DRAWN], truth)
     else:
         items, calibration = ItemFacts(), None
     if truth is not None and calibration is None:
         calibration_note = "no gold item is among this run's items, so there is no calibration against gold"
+    calibration = computed or calibration
     previous, changes_note = _previous_dir(summary)
     changes = _changes(run_dir, fmt, previous, workers) if previous and columns else None
-    relabel = read_head(os.path.join(run_dir, "relabel"), fmt, TOP_ROWS)
+    relabel = read_queue(os.path.join(run_dir, "relabel"), fmt, TOP_ROWS)
     return RunFacts(run_dir=run_dir, summary=summary, workers=workers, items=items, calibration=calibration,
                     calibration_note=calibration_note, changes=changes, changes_note=changes_note, relabel=relabel)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from crowdspark.report import figures
-from crowdspark.report.facts import RunFacts
+from crowdspark.report.facts import Histogram, RunFacts
 
 __all__ = ["SECTIONS", "render", "build_figures", "crowd_matrix"]
 
@@ -105,6 +105,10 @@ def build_figures(facts: RunFacts) -> dict[str, Any]:
             out[column] = figures.histogram(items.histograms[column], _ITEM_AXIS[column], "items")
     for column in _other_item_columns(facts):
         out[f"item_{column}"] = figures.histogram(items.histograms[column], column, "items")
+    for column in _other_worker_columns(facts):
+        values = workers[column].to_numpy(dtype=float)
+        counts, edges = np.histogram(values[np.isfinite(values)], bins=20)
+        out[f"worker_{column}"] = figures.histogram(Histogram(edges, counts), column, "workers", ylabel="workers")
     if facts.changes is not None and facts.changes.worker_deltas.size:
         out["accuracy_changes"] = figures.accuracy_changes(facts.changes.worker_deltas)
     return out
@@ -115,6 +119,14 @@ _ITEM_AXIS = {"level": "difficulty level (0 = easiest)", "epsilon": "item diffic
 
 def _other_item_columns(facts: RunFacts) -> list[str]:
     return [c for c in facts.items.histograms if c not in _KNOWN_ITEM]
+
+
+def _other_worker_columns(facts: RunFacts) -> list[str]:
+    workers = facts.workers
+    if workers is None or not len(workers):
+        return []
+    return [c for c in workers.columns if c not in _KNOWN_WORKER and workers[c].dtype.kind in "fi"
+            and np.isfinite(workers[c].to_numpy(dtype=float)).any()]
 
 
 def _run_section(facts: RunFacts) -> str:
@@ -192,7 +204,8 @@ def _calibration_section(facts: RunFacts, svgs: dict[str, str]) -> str:
         return _note(facts.calibration_note)
     split = facts.summary.get("gold_split", {})
     held = " (the held-out gold: the gold items in the fit are left out)" if split.get("fit_items") else ""
-    return (_figure(svgs["calibration"], f"expected calibration error {cal.ece:.4f} on {cal.n:,} gold items{held}")
+    return (_figure(svgs["calibration"], f"expected calibration error {cal.ece:.4f} on {cal.n:,} gold items{held}; "
+                                         f"{cal.source}")
             + _table(cal.table))
 
 
@@ -247,17 +260,14 @@ def _quality_section(facts: RunFacts, svgs: dict[str, str]) -> str:
     if quality:
         pairs: list[tuple[str, Any]] = []
         tables: list[tuple[str, pd.DataFrame]] = []
-        _flatten("", quality, pairs, tables)
+        _flatten("", {k: v for k, v in quality.items() if k != "calibration"}, pairs, tables)
         body += _pairs(pairs) + "".join(f"<p>{html.escape(name)}:</p>{_table(t)}" for name, t in tables)
     else:
         body += _note('summary.json has no "quality" section: this run computed no agreement, spammer or '
                       "calibration statistics")
     others = _other_item_columns(facts)
     body += "".join(_figure(svgs[f"item_{c}"], f"items/ column {c}") for c in others)
-    if facts.workers is not None:
-        extra = [c for c in facts.workers.columns if c not in _KNOWN_WORKER and facts.workers[c].dtype.kind in "fi"]
-        body += "".join(f"<p>workers/ column {html.escape(c)}: mean {_fmt(facts.workers[c].mean())}, "
-                        f"median {_fmt(facts.workers[c].median())}</p>" for c in extra)
+    body += "".join(_figure(svgs[f"worker_{c}"], f"workers/ column {c}") for c in _other_worker_columns(facts))
     if facts.relabel is not None:
         body += "<p>The relabel queue (relabel/), first rows as written:</p>" + _table(facts.relabel)
     else:

@@ -17,7 +17,7 @@ from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.paths import is_local, strip_file_scheme
 from crowdspark.io.runs import LATEST
 
-__all__ = ["resolve_run_dir", "read_summary", "table_format", "read_workers", "item_columns", "item_batches", "read_head"]
+__all__ = ["resolve_run_dir", "read_summary", "table_format", "read_workers", "item_columns", "item_batches", "read_queue"]
 
 _BATCH_ROWS = 1 << 18
 
@@ -121,11 +121,20 @@ def item_batches(run_dir: str, fmt: str, columns: Sequence[str]) -> Iterator[pd.
         yield batch.to_pandas()
 
 
-def read_head(path: str, fmt: str, rows: int) -> pd.DataFrame | None:
-    """The first ``rows`` rows of the table folder ``path`` as written, or ``None`` when there is none."""
+def read_queue(path: str, fmt: str, rows: int) -> pd.DataFrame | None:
+    """The first ``rows`` of the ranked table folder ``path`` (by its ``rank`` column when it has one, else as
+    written), or ``None`` when there is no such folder."""
     if not os.path.isdir(path):
         return None
     if fmt == "csv":
         files = sorted(f for f in os.listdir(path) if f.endswith(".csv"))
-        return _csv_arrays(pd.read_csv(os.path.join(path, files[0]), nrows=rows)) if files else None
-    return _parquet_dataset(path).head(rows).to_pandas()
+        frames = [pd.read_csv(os.path.join(path, f), dtype={"item": str}) for f in files]
+        frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    else:
+        import pyarrow.dataset as ds
+
+        dataset = _parquet_dataset(path)
+        if "rank" not in dataset.schema.names:
+            return dataset.head(rows).to_pandas()
+        frame = dataset.to_table(filter=ds.field("rank") <= rows).to_pandas()
+    return frame.sort_values("rank").head(rows) if "rank" in frame else frame.head(rows)
