@@ -37,7 +37,7 @@ h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ccc;padding-bo
 table{border-collapse:collapse;margin:.6em 0;font-size:.9em}td,th{border:1px solid #ddd;padding:.25em .6em;
 text-align:right}th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5em .8em}figure{margin:1em 0}
-figure svg{max-width:100%;height:auto}figcaption{font-size:.9em;color:#555}nav a{margin-right:.8em}
+figure svg{max-width:100%;height:auto}.headline{font-size:1.1em;font-weight:600}summary{cursor:pointer}figcaption{font-size:.9em;color:#555}nav a{margin-right:.8em}
 """
 
 _KNOWN_ITEM = ("confidence", "level", "epsilon")
@@ -129,19 +129,36 @@ def _other_worker_columns(facts: RunFacts) -> list[str]:
             and np.isfinite(workers[c].to_numpy(dtype=float)).any()]
 
 
+def _headline(s: dict[str, Any]) -> str:
+    counts = s.get("counts", {})
+    parts = [f"{s.get('algorithm')} on {s.get('engine')}", f"{counts.get('items', 0):,} items",
+             f"{counts.get('workers', 0):,} workers", f"{counts.get('labels', 0):,} labels"]
+    if s.get("converged") is None:
+        parts.append(f"{s.get('iterations')} sweeps")
+    else:
+        parts.append(f"{s.get('iterations')} iterations ({'converged' if s['converged'] else 'not converged'})")
+    metrics = s.get("metrics") or {}
+    if metrics.get("error_rate") is not None:
+        parts.append(f"error rate {metrics['error_rate']:.4f} on {metrics.get('n_gold', 0):,} held-out gold items")
+    return f"<p class=\"headline\">{html.escape(' · '.join(parts))}</p>"
+
+
 def _run_section(facts: RunFacts) -> str:
     s = facts.summary
+    inputs = s.get("inputs", {})
     pairs = [("algorithm", s.get("algorithm")), ("engine", s.get("engine")), ("seed", s.get("seed")),
-             ("crowdspark version", s.get("version")), ("run id", s.get("inputs", {}).get("run_id")),
-             ("as of", s.get("inputs", {}).get("as_of")), ("labels", s.get("inputs", {}).get("labels")),
-             ("gold", s.get("inputs", {}).get("gold")), ("iterations", s.get("iterations")),
-             ("converged", s.get("converged")), ("stop reason", s.get("stop_reason"))]
+             ("crowdspark version", s.get("version")), ("run id", inputs.get("run_id")),
+             ("as of", inputs.get("as_of")), ("labels", inputs.get("labels")), ("gold", inputs.get("gold")),
+             ("iterations", s.get("iterations")), ("converged", s.get("converged")),
+             ("stop reason", s.get("stop_reason"))]
     pairs += [(f"counts: {k}", v) for k, v in s.get("counts", {}).items()]
     pairs += [(f"metrics: {k}", v) for k, v in s.get("metrics", {}).items()]
     pairs += [(f"parameter: {k}", v) for k, v in s.get("parameters", {}).items()]
     pairs += [(f"seconds: {k}", v) for k, v in s.get("timings", {}).items()]
     warnings = "".join(_note(f"warning: {w}") for w in s.get("warnings", []))
-    return _pairs([(k, v) for k, v in pairs if v is not None]) + warnings
+    table = _pairs([(k, v) for k, v in pairs if v is not None])
+    return (f"{_headline(s)}{warnings}<details><summary>Settings, counts, metrics and timings</summary>{table}"
+            "</details>")
 
 
 def _convergence_section(facts: RunFacts, svgs: dict[str, str]) -> str:
