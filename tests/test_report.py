@@ -262,3 +262,28 @@ def test_the_quality_statistics_are_drawn_when_the_run_has_them(quality_run):
         assert text in quality, text
     assert "bins" not in quality  # the calibration is drawn in its own section
     assert "spammer: " in _section(page, "workers")
+
+
+@pytest.mark.spark
+def test_a_result_written_by_spark_is_reported(spark, tmp_path):
+    from crowdspark.cli import build_parser, run_aggregate
+
+    out = tmp_path / "spark"
+    args = build_parser().parse_args(["aggregate", *BLUEBIRD, *GOLD, "--algorithm", "dds", "--output", str(out),
+                                      "--set", "engine.small_input_bytes=0", "--set", "spark.partitions=2"])
+    summary = run_aggregate(args, spark=spark)
+    assert summary["engine"] == "spark"
+    facts = collect(write_report(str(out)).rsplit("/", 1)[0])
+    assert facts.items.histograms["confidence"].total == summary["counts"]["items"]
+    assert facts.calibration.n == summary["metrics"]["n_gold"]
+    page = _page(out)
+    assert "<svg" in _section(page, "levels") and "<svg" in _section(page, "calibration")
+
+
+def test_the_crowd_matrix_weighs_workers_by_labels_and_skips_undefined_rows():
+    from crowdspark.report.page import crowd_matrix
+
+    workers = pd.DataFrame({"n_labels": [3, 1],
+                            "confusion": [[[1.0, 0.0], [0.5, 0.5]], [[0.0, 1.0], [np.nan, np.nan]]]})
+    expected = np.array([[0.75, 0.25], [0.5, 0.5]])
+    assert np.allclose(crowd_matrix(workers), expected)

@@ -123,9 +123,10 @@ def worker_accuracy(workers: pd.DataFrame) -> Any:
     """Histogram of the workers' estimated accuracy, with the label-weighted mean."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=_WIDE)
-    accuracy = workers["accuracy"].astype(float)
-    ax.hist(accuracy, bins=np.linspace(0, 1, 21), edgecolor="white", label=f"workers ({len(workers):,})")
-    weighted = float(np.average(accuracy, weights=workers["n_labels"])) if workers["n_labels"].sum() else np.nan
+    known = workers[workers["accuracy"].notna()]
+    accuracy = known["accuracy"].astype(float)
+    ax.hist(accuracy, bins=np.linspace(0, 1, 21), edgecolor="white", label=f"workers ({len(known):,})")
+    weighted = float(np.average(accuracy, weights=known["n_labels"])) if known["n_labels"].sum() else np.nan
     ax.axvline(weighted, color="tab:orange", ls="--", label=f"mean weighted by labels: {weighted:.3f}")
     return _finish(ax, "estimated accuracy (probability a label is the true class)", "workers")
 
@@ -185,7 +186,8 @@ def level_accuracy(per_level: np.ndarray) -> Any:
     fig, ax = plt.subplots(figsize=_WIDE)
     bins = np.linspace(0, 1, 21)
     for h in range(per_level.shape[1]):
-        ax.hist(per_level[:, h], bins=bins, alpha=0.55, edgecolor="white",
+        level = per_level[:, h]
+        ax.hist(level[np.isfinite(level)], bins=bins, alpha=0.55, edgecolor="white",
                 label=f"level {h} ({'easiest' if h == 0 else 'harder'})")
     return _finish(ax, "estimated worker accuracy on the level", "workers")
 

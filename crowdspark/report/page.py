@@ -76,10 +76,15 @@ def _figure(svg: str, caption: str) -> str:
 
 
 def crowd_matrix(workers: pd.DataFrame) -> np.ndarray:
-    """The workers' confusion matrices averaged with their numbers of labels as weights, shape (C, C)."""
+    """The workers' confusion matrices averaged with their numbers of labels as weights, shape (C, C).
+
+    A row a worker's matrix leaves undefined (NaN: a majority vote's class the worker never saw) is left out of
+    that row's average.
+    """
     matrices = np.stack([np.stack([np.asarray(row, dtype=float) for row in m]) for m in workers["confusion"]])
-    weights = workers["n_labels"].to_numpy(dtype=float)
-    return np.tensordot(weights, matrices, axes=1) / weights.sum()
+    weights = workers["n_labels"].to_numpy(dtype=float)[:, None] * np.isfinite(matrices).all(axis=2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.einsum("kt,ktl->tl", weights, np.nan_to_num(matrices)) / weights.sum(axis=0)[:, None]
 
 
 def build_figures(facts: RunFacts) -> dict[str, Any]:

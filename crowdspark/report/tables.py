@@ -20,6 +20,7 @@ from crowdspark.io.runs import LATEST
 __all__ = ["resolve_run_dir", "read_summary", "table_format", "read_workers", "item_columns", "item_batches", "read_queue"]
 
 _BATCH_ROWS = 1 << 18
+_ID_COLUMNS = ("item", "worker", "label")
 
 
 def resolve_run_dir(path: str) -> str:
@@ -61,6 +62,8 @@ def table_format(summary: dict[str, Any]) -> str:
 def _csv_arrays(frame: pd.DataFrame) -> pd.DataFrame:
     """CSV tables hold array columns as JSON strings; parse those back to lists."""
     for column in frame.columns:
+        if column in _ID_COLUMNS:
+            continue
         values = frame[column]
         if values.dtype == object and len(values) and str(values.iloc[0]).startswith("["):
             frame[column] = values.map(json.loads)
