@@ -147,6 +147,17 @@ def _progress(summary: dict) -> str:
     return f"{summary['iterations']} iterations ({state})"
 
 
+def _write_run_report(destination: str) -> str:
+    """Write the report of a committed run; a failure says that the results are written."""
+    from crowdspark.report import write_report
+
+    try:
+        return write_report(destination)
+    except Exception as exc:
+        raise RuntimeError(f"the run succeeded and its results are in {destination}, but its report could not be "
+                           f"written ({one_line(exc)}); run crowdspark report {destination} to retry") from exc
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``crowdspark`` console script."""
     from crowdspark.io.runs import run_directory
@@ -177,11 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return EXIT_OK
             summary = run_aggregate(args)
             destination = run_directory(args.output, args.run_id) if args.run_id else args.output
-            page = None
-            if args.report:
-                from crowdspark.report import write_report
-
-                page = write_report(destination)
+            page = _write_run_report(destination) if args.report else None
     except CrowdsparkError as exc:
         if debug:
             log.exception("bad input")

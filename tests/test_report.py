@@ -286,4 +286,27 @@ def test_the_crowd_matrix_weighs_workers_by_labels_and_skips_undefined_rows():
     workers = pd.DataFrame({"n_labels": [3, 1],
                             "confusion": [[[1.0, 0.0], [0.5, 0.5]], [[0.0, 1.0], [np.nan, np.nan]]]})
     expected = np.array([[0.75, 0.25], [0.5, 0.5]])
-    assert np.allclose(crowd_matrix(workers), expected)
+    assert np.allclose(crowd_matrix(workers, 2), expected)
+    one_coin = pd.DataFrame({"n_labels": [1, 1], "accuracy": [0.9, 0.5]})
+    assert np.allclose(crowd_matrix(one_coin, 3), [[0.7, 0.15, 0.15], [0.15, 0.7, 0.15], [0.15, 0.15, 0.7]])
+
+
+def test_a_one_coin_model_gets_the_crowd_matrix_of_its_accuracies(tmp_path):
+    out = tmp_path / "wawa"
+    _aggregate(*BLUEBIRD, "--algorithm", "wawa", "--output", str(out), "--report")
+    confusion = _section(_page(out), "confusion")
+    assert "<svg" in confusion and "one-coin matrices" in confusion
+
+
+def test_a_report_that_fails_after_the_run_says_the_results_are_written(tmp_path, monkeypatch, capsys):
+    import crowdspark.report as report
+
+    def broken(run_dir, out=None, gold=None):
+        raise ValueError("planted")
+
+    monkeypatch.setattr(report, "write_report", broken)
+    out = tmp_path / "run"
+    assert main(["aggregate", *LOCAL, *BLUEBIRD, "--algorithm", "mv", "--output", str(out), "--report"]) == 1
+    err = capsys.readouterr().err
+    assert f"the run succeeded and its results are in {out}" in err and "planted" in err
+    assert (out / "summary.json").exists()

@@ -87,19 +87,20 @@ def convergence(history: list[dict[str, Any]], tol: float | None) -> Any:
     """Objective and change per iteration; ``history`` is ``summary.json``'s (at least one row)."""
     plt = pyplot()
     frame = pd.DataFrame(history)
+    for column in ("objective", "change", "seconds"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce") if column in frame else np.nan
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
     left.plot(frame["iteration"], frame["objective"], marker=".", label="objective (per label)")
     left.set_xlabel("iteration")
     left.set_ylabel("objective per label")
     _legend(left)
-    change = frame["change"].astype(float).abs() if "change" in frame else pd.Series(dtype=float)
+    change = frame["change"].abs()
     if change.notna().any():
-        right.semilogy(frame["iteration"], change, marker=".", label="change of the objective")
+        right.semilogy(frame["iteration"], change, marker=".", label="change (what tol is tested against)")
         if tol:
             right.axhline(tol, color="tab:red", ls="--", label=f"tol = {tol:g}")
     else:
-        seconds = frame["seconds"].astype(float)
-        right.plot(frame["iteration"], seconds, marker=".", label="seconds per sweep (no convergence test)")
+        right.plot(frame["iteration"], frame["seconds"], marker=".", label="seconds per sweep (no convergence test)")
     right.set_xlabel("iteration")
     right.set_ylabel("|change|" if change.notna().any() else "seconds")
     _legend(right)
@@ -150,7 +151,7 @@ def labels_per_worker(workers: pd.DataFrame) -> Any:
 def crowd_confusion(matrix: np.ndarray, classes: list[str]) -> Any:
     """Heatmap of the crowd's confusion matrix (rows: true class, columns: given label, rows sum to 1)."""
     plt = pyplot()
-    size = max(_SQUARE[0], 0.45 * len(classes) + 2.5)
+    size = min(max(_SQUARE[0], 0.45 * len(classes) + 2.5), 12.0)
     fig, ax = plt.subplots(figsize=(size + 1, size))
     image = ax.imshow(matrix, vmin=0, vmax=1, cmap="Blues")
     ticks = np.arange(len(classes))

@@ -75,13 +75,23 @@ def _figure(svg: str, caption: str) -> str:
     return f"<figure>{svg}<figcaption>{html.escape(caption)}</figcaption></figure>"
 
 
-def crowd_matrix(workers: pd.DataFrame) -> np.ndarray:
+def _worker_matrices(workers: pd.DataFrame, n_classes: int) -> np.ndarray:
+    """Each worker's confusion matrix, shape (K, C, C): ``confusion``, or for models that give a worker one
+    number, the one-coin matrix of its ``accuracy`` (``accuracy`` on the diagonal, the rest spread evenly)."""
+    if "confusion" in workers:
+        return np.stack([np.stack([np.asarray(row, dtype=float) for row in m]) for m in workers["confusion"]])
+    accuracy = workers["accuracy"].to_numpy(dtype=float)[:, None, None]
+    eye = np.eye(n_classes)[None]
+    return accuracy * eye + (1 - accuracy) * (1 - eye) / (n_classes - 1)
+
+
+def crowd_matrix(workers: pd.DataFrame, n_classes: int) -> np.ndarray:
     """The workers' confusion matrices averaged with their numbers of labels as weights, shape (C, C).
 
     A row a worker's matrix leaves undefined (NaN: a majority vote's class the worker never saw) is left out of
     that row's average.
     """
-    matrices = np.stack([np.stack([np.asarray(row, dtype=float) for row in m]) for m in workers["confusion"]])
+    matrices = _worker_matrices(workers, n_classes)
     weights = workers["n_labels"].to_numpy(dtype=float)[:, None] * np.isfinite(matrices).all(axis=2)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.einsum("kt,ktl->tl", weights, np.nan_to_num(matrices)) / weights.sum(axis=0)[:, None]
@@ -99,7 +109,8 @@ def build_figures(facts: RunFacts) -> dict[str, Any]:
     if workers is not None and len(workers):
         out["worker_accuracy"] = figures.worker_accuracy(workers)
         out["labels_per_worker"] = figures.labels_per_worker(workers)
-        out["confusion"] = figures.crowd_confusion(crowd_matrix(workers), list(summary["classes"]))
+        classes = list(summary["classes"])
+        out["confusion"] = figures.crowd_confusion(crowd_matrix(workers, len(classes)), classes)
         if "level_accuracy" in workers:
             per_level = np.stack([np.asarray(v, dtype=float) for v in workers["level_accuracy"]])
             out["level_accuracy"] = figures.level_accuracy(per_level)
@@ -216,8 +227,11 @@ def _workers_section(facts: RunFacts, svgs: dict[str, str]) -> str:
 def _confusion_section(facts: RunFacts, svgs: dict[str, str]) -> str:
     if "confusion" not in svgs:
         return _note("this run wrote no workers/ table, so there is no confusion matrix")
-    return _figure(svgs["confusion"], "the workers' confusion matrices averaged with their numbers of labels as "
-                                      "weights: how often a label of the crowd is each class, given the true class")
+    how = ("the workers' confusion matrices" if "confusion" in facts.workers else
+           f"the one-coin matrices of the workers' accuracies ({facts.summary.get('algorithm')} gives each worker "
+           "one number)")
+    return _figure(svgs["confusion"], f"{how} averaged with their numbers of labels as weights: how often a label "
+                                      "of the crowd is each class, given the true class")
 
 
 def _calibration_section(facts: RunFacts, svgs: dict[str, str]) -> str:
