@@ -310,3 +310,10 @@ def test_a_report_that_fails_after_the_run_says_the_results_are_written(tmp_path
     err = capsys.readouterr().err
     assert f"the run succeeded and its results are in {out}" in err and "planted" in err
     assert (out / "summary.json").exists()
+
+
+def test_a_model_that_fitted_one_level_says_so(tmp_path):
+    out = tmp_path / "dds1"
+    _aggregate(*BLUEBIRD, "--algorithm", "dds", "--set", "dds.n_levels=1", "--output", str(out), "--report")
+    levels = _section(_page(out), "levels")
+    assert "dds fitted one difficulty level" in levels and "<svg" not in levels

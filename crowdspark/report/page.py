@@ -111,14 +111,10 @@ def build_figures(facts: RunFacts) -> dict[str, Any]:
         out["labels_per_worker"] = figures.labels_per_worker(workers)
         classes = list(summary["classes"])
         out["confusion"] = figures.crowd_confusion(crowd_matrix(workers, len(classes)), classes)
-        if "level_accuracy" in workers:
-            per_level = np.stack([np.asarray(v, dtype=float) for v in workers["level_accuracy"]])
-            out["level_accuracy"] = figures.level_accuracy(per_level)
     if facts.calibration is not None:
         out["calibration"] = figures.reliability(facts.calibration)
-    for column in ("level", "epsilon"):
-        if column in items.histograms:
-            out[column] = figures.histogram(items.histograms[column], _ITEM_AXIS[column], "items")
+    if n_levels(facts) > 1:
+        out.update(_level_figures(facts))
     for column in _other_item_columns(facts):
         out[f"item_{column}"] = figures.histogram(items.histograms[column], column, "items")
     for column in _other_worker_columns(facts):
@@ -131,6 +127,27 @@ def build_figures(facts: RunFacts) -> dict[str, Any]:
 
 
 _ITEM_AXIS = {"level": "difficulty level (0 = easiest)", "epsilon": "item difficulty epsilon (initialization)"}
+
+
+def n_levels(facts: RunFacts) -> int:
+    """The number of difficulty levels of the run's model (0: it has none)."""
+    workers = facts.workers
+    if workers is not None and len(workers) and "level_accuracy" in workers:
+        return len(workers["level_accuracy"].iloc[0])
+    level = facts.items.histograms.get("level")
+    return int(round(level.edges[-1] + 0.5)) if level is not None else 0
+
+
+def _level_figures(facts: RunFacts) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    workers = facts.workers
+    if workers is not None and "level_accuracy" in workers:
+        per_level = np.stack([np.asarray(v, dtype=float) for v in workers["level_accuracy"]])
+        out["level_accuracy"] = figures.level_accuracy(per_level)
+    for column in ("level", "epsilon"):
+        if column in facts.items.histograms:
+            out[column] = figures.histogram(facts.items.histograms[column], _ITEM_AXIS[column], "items")
+    return out
 
 
 def _other_item_columns(facts: RunFacts) -> list[str]:
@@ -250,9 +267,12 @@ def _levels_section(facts: RunFacts, svgs: dict[str, str]) -> str:
         ("level", "items per difficulty level (the most probable level of each item)"),
         ("level_accuracy", "each worker's estimated accuracy on each level"),
         ("epsilon", "the items' difficulty epsilon of the initialization")) if name in svgs]
+    algorithm = facts.summary.get("algorithm")
+    if n_levels(facts) == 1:
+        return _note(f"{algorithm} fitted one difficulty level in this run: every item is as difficult as any "
+                     "other (dds chooses the number of levels by BIC; idbla takes n_levels)")
     if not parts:
-        return _note(f"{facts.summary.get('algorithm')} has no difficulty levels in this run (dds, idbla, "
-                     "fixed-idbla and idbla-cvb have them)")
+        return _note(f"{algorithm} has no difficulty levels (dds, idbla, fixed-idbla and idbla-cvb have them)")
     metrics = facts.summary.get("metrics", {})
     if "level_labeling_error" in metrics:
         parts.append(_table(pd.DataFrame({"level": range(len(metrics["level_labeling_error"])),
