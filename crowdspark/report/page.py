@@ -325,7 +325,8 @@ def _quality_section(facts: RunFacts, svgs: dict[str, str]) -> str:
     body += "".join(_figure(svgs[f"item_{c}"], f"items/ column {c}") for c in others)
     body += "".join(_figure(svgs[f"worker_{c}"], f"workers/ column {c}") for c in _other_worker_columns(facts))
     if facts.relabel is not None:
-        body += "<p>The relabel queue (relabel/), first rows as written:</p>" + _table(facts.relabel)
+        order = "by rank" if "rank" in facts.relabel else "as written"
+        body += f"<p>The relabel queue (relabel/), first rows {order}:</p>" + _table(facts.relabel)
     else:
         body += _note("this run wrote no relabel/ queue")
     return body
