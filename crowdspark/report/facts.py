@@ -2,7 +2,7 @@
 
 Everything item-level is reduced while it streams (:func:`crowdspark.report.tables.item_batches`): histograms
 with fixed bins, label counts, level counts, and the calibration of the gold items (the gold is held on the
-driver, as the run does).  Only the comparison with a previous run holds two columns of both runs' items.
+driver, as the run does).  Only the comparison with a previous run holds three columns of both runs' items.
 """
 
 from __future__ import annotations
