@@ -227,7 +227,7 @@ def _fmt(value: Any, digits: int = 2) -> str:
 def print_quality(result: dict[str, Any]) -> None:
     both, only, rows = result["both"], result["only"], result["rows"]
     print("\nError % on the gold items, defaults (crowdspark / crowd-kit; `-`: not run, see the notes):")
-    print("| dataset | " + " | ".join(both) + " | " + " | ".join(only) + " |")
+    print("| dataset | " + " | ".join(both + only) + " |")
     print("|---|" + "---|" * (len(both) + len(only)))
     means = {m: ([], []) for m in both + only}
     for name, row in rows.items():
