@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from crowdspark.block import GoldSplit
 from crowdspark.config import GoldConfig
 from crowdspark.errors import CrowdsparkError
 from crowdspark.io.pandas_reader import prepare_gold, read_frame
