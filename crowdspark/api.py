@@ -242,10 +242,20 @@ class Aggregator:
         proportions = run.summary["model"].get("class_proportions")
         if proportions is not None:
             self.priors_ = pd.Series(proportions, index=pd.Index(self.classes_, name="label"), name="prior")
+        self._model_attributes(task_index, worker_index)
         self.history_ = pd.DataFrame(run.summary["history"])
         self.loss_history_ = [float(h["objective"]) for h in run.summary["history"]]
         self.n_iter_ = run.summary["iterations"]
         self.converged_ = run.summary["converged"]
+
+    def _model_attributes(self, task_index: pd.Index, worker_index: pd.Index) -> None:
+        """The model's own fitted attributes (``Model.api_attributes``: GLAD's ``alphas_``, MACE's ``thetas_``)."""
+        for attr, (table, columns) in model_class(self.algorithm).api_attributes.items():
+            frame, index = (self.workers_, worker_index) if table == "workers" else (self.items_, task_index)
+            if isinstance(columns, str):
+                setattr(self, attr, pd.Series(frame[columns].to_numpy(dtype=np.float64), index=index, name=columns))
+            else:
+                setattr(self, attr, np.column_stack([np.stack(frame[c].to_numpy()) for c in columns]))
 
     def _check_frame(self, frame: Any, what: str, columns: list[str]) -> None:
         """``frame`` is a pandas DataFrame whose columns have distinct names."""

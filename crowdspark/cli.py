@@ -60,10 +60,20 @@ def build_parser() -> argparse.ArgumentParser:
     agg.add_argument("--full-refit", action="store_true",
                      help="with incremental.mode = \"on\": fit every day up to the as-of date instead of continuing "
                           "the previous run incrementally (the next nights continue from this one)")
+    agg.add_argument("--report", action="store_true",
+                     help="also write the run report, report.html, into the result directory (a local --output; "
+                          "needs the report extra: matplotlib)")
     agg.add_argument("--master", help="Spark master when not run by spark-submit (default local[*])")
     agg.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     agg.add_argument("--quiet", action="store_true", help="only warnings and errors in the log")
 
+    rep = sub.add_parser("report", help="write a run's report: one self-contained HTML page of its numbers and plots")
+    rep.add_argument("run_dir", metavar="RUN_DIR",
+                     help="a local result directory (an aggregate --output), or a folder of --run-id runs (its latest)")
+    rep.add_argument("--out", metavar="FILE", help="where to write the page (default: RUN_DIR/report.html)")
+    rep.add_argument("--gold", metavar="FILE",
+                     help="gold to draw the calibration from, instead of the run's own --gold")
+    rep.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub.add_parser("algorithms", help="list the algorithms with their parameters, defaults and documentation")
     sub.add_parser("defaults", help="print every configuration key with its default and meaning (TOML)")
     return parser
@@ -86,6 +96,10 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
     as_of = parse_as_of(args.as_of) if args.as_of else None
     preflight(config, args.labels, args.output, args.gold, args.warm_start, args.run_id, as_of, args.full_refit,
               args.initial_workers)
+    if args.report:
+        from crowdspark.report import check_report_target
+
+        check_report_target(args.output)
     own_session = False
     if spark is None and needs_spark(config, args.labels, args.gold, args.output,
                                      args.warm_start or args.initial_workers):
@@ -133,8 +147,21 @@ def _progress(summary: dict) -> str:
     return f"{summary['iterations']} iterations ({state})"
 
 
+def _write_run_report(destination: str) -> str:
+    """Write the report of a committed run; a failure says that the results are written."""
+    from crowdspark.report import write_report
+
+    try:
+        return write_report(destination)
+    except Exception as exc:
+        raise RuntimeError(f"the run succeeded and its results are in {destination}, but its report could not be "
+                           f"written ({one_line(exc)}); run crowdspark report {destination} to retry") from exc
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``crowdspark`` console script."""
+    from crowdspark.io.runs import run_directory
+
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
@@ -154,7 +181,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
+            if args.command == "report":
+                from crowdspark.report import write_report
+
+                print(f"report written to {write_report(args.run_dir, args.out, args.gold)}")
+                return EXIT_OK
             summary = run_aggregate(args)
+            destination = run_directory(args.output, args.run_id) if args.run_id else args.output
+            page = _write_run_report(destination) if args.report else None
     except CrowdsparkError as exc:
         if debug:
             log.exception("bad input")
@@ -165,9 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.exception("run failed")
         print(f"crowdspark: failed: {one_line(exc)} (rerun with --debug for the traceback)", file=sys.stderr)
         return EXIT_FAILURE
-    from crowdspark.io.runs import run_directory
-
-    print(_report(summary, run_directory(args.output, args.run_id) if args.run_id else args.output))
+    print(_report(summary, destination))
+    if page is not None:
+        print(f"report written to {page}")
     return EXIT_OK
 
 

@@ -35,7 +35,7 @@ LABELS = str(DATA / "rte" / "labels.csv")
 TRUTH = str(DATA / "rte" / "truth.csv")
 SEED = 5
 #: (algorithm, parameters): the baselines and one IDBLA-family sampler with few sweeps
-CASES = {"ds": {}, "mv": {}, "idbla": {"burn_in": 5, "n_samples": 5}}
+CASES = {"ds": {}, "mv": {}, "idbla": {"burn_in": 5, "n_samples": 5}, "glad": {"max_iter": 10}}
 
 
 # --------------------------------------------------------------------------- no Spark needed
@@ -135,7 +135,7 @@ def assert_same_items(got: pd.DataFrame, want: pd.DataFrame) -> None:
     for column in ("posterior", "level_posterior"):
         if column in want:
             np.testing.assert_allclose(np.stack(got[column]), np.stack(want[column]), rtol=0, atol=1e-9)
-    for column in ("confidence", "epsilon"):
+    for column in ("confidence", "epsilon", "beta"):
         if column in want:
             np.testing.assert_allclose(got[column].astype(float), want[column].astype(float), rtol=0, atol=1e-9)
 

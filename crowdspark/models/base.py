@@ -144,6 +144,10 @@ class Model:
     n_init_rounds: int = 0
     #: per-item output columns ``ItemResult.extra`` holds, with their Spark SQL types (e.g. ``"int"``)
     item_extras: dict[str, str] = {}
+    #: fitted attributes of the pandas API beyond the common ones (crowd-kit's names): attribute -> (table,
+    #: column) for a Series indexed by worker or task (table ``"workers"`` or ``"items"``), or (table, tuple of
+    #: columns) for crowd-kit's ndarray of those columns side by side
+    api_attributes: dict[str, tuple[str, Any]] = {}
     #: keys of the exported parameters whose first axis is the worker (remapped by a warm start)
     worker_params: tuple[str, ...] = ()
     #: keys of the exported parameters copied as they are by a warm start (class/level proportions)

@@ -20,6 +20,7 @@ __all__ = [
     "per_item_sum",
     "incidence",
     "label_loglik",
+    "class_match_scores",
     "to_fortran",
     "confusion_counts",
     "worker_label_counts",
@@ -207,6 +208,25 @@ def label_loglik(block: Block, log_pi: np.ndarray) -> np.ndarray:
 
 
 _TRANSPOSE_ROWS = 1024
+
+
+def class_match_scores(block: Block, n_classes: int, match: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """Per item and class t, the sum over the item's labels of ``match`` where the label is t and ``other``
+    where it is not: the log-likelihood of one-coin-like models, whose label terms depend only on whether
+    the label equals the true class.
+
+    Parameters
+    ----------
+    match, other : ndarray of float64, shape (m,)
+        Each label's term when it equals the true class, and when it does not.
+
+    Returns
+    -------
+    ndarray of float64, shape (n, C)
+    """
+    flat = block.item_of_label.astype(np.int64) * n_classes + block.label
+    gain = np.bincount(flat, weights=match - other, minlength=block.n_items * n_classes)
+    return gain.reshape(block.n_items, n_classes) + per_item_sum(block, other)[:, None]
 
 
 def to_fortran(a: np.ndarray) -> np.ndarray:

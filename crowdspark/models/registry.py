@@ -26,11 +26,13 @@ from crowdspark.models.base import LevelModel, Model
 from crowdspark.models.adaptive_ds import AdaptiveDawidSkene
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.models.difficulty_ds import DifficultyDawidSkene
+from crowdspark.models.glad import Glad
 from crowdspark.models.gold_majority_vote import GoldMajorityVote
 from crowdspark.models.idbla_cvb import IdblaCvb, IdblaCvb0
 from crowdspark.models.idbla_gibbs import Bcc, FixedIdbla, IdblaGibbs
 from crowdspark.models.majority_vote import MajorityVote
 from crowdspark.models.kos import Kos
+from crowdspark.models.mace import Mace
 from crowdspark.models.mmsr import Mmsr
 from crowdspark.models.one_coin import OneCoinDawidSkene
 from crowdspark.models.wawa import Wawa
@@ -63,6 +65,8 @@ MODELS: tuple[type[Model], ...] = (
     Kos,
     Mmsr,
     GoldMajorityVote,
+    Glad,
+    Mace,
 )
 
 #: algorithm name -> model class

@@ -1,0 +1,287 @@
+"""What a run's report shows, computed on the driver from the run directory.
+
+Everything item-level is reduced while it streams (:func:`crowdspark.report.tables.item_batches`): histograms
+with fixed bins, label counts, level counts, and the calibration of the gold items (the gold is held on the
+driver, as the run does).  Only the comparison with a previous run holds three columns of both runs' items.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from crowdspark.config import GoldConfig
+from crowdspark.errors import CrowdsparkError
+from crowdspark.io.pandas_reader import prepare_gold, read_frame
+from crowdspark.report.tables import item_batches, item_columns, read_queue, read_summary, read_workers, table_format
+from crowdspark.rng import item_keys
+
+__all__ = ["Histogram", "Calibration", "Changes", "ItemFacts", "RunFacts", "summary_calibration", "collect"]
+
+#: bins of the confidence histogram and of the reliability table (equal width on [0, 1])
+CONFIDENCE_BINS = 20
+CALIBRATION_BINS = 10
+#: bins of any other per-item number; integers spanning at most this many values get one bin each
+OTHER_BINS = 30
+#: rows of the tables of largest moves, flipped items and the relabel queue
+TOP_ROWS = 15
+
+_NOT_DRAWN = ("item", "label")
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Counts of values in bins.
+
+    Attributes
+    ----------
+    edges : ndarray, shape (b + 1,)
+    counts : ndarray of int64, shape (b,)
+    """
+
+    edges: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Confidence bins against observed accuracy on held-out gold items.
+
+    Attributes
+    ----------
+    table : DataFrame
+        One row per non-empty bin: ``low``, ``high``, ``items``, ``mean_confidence``, ``accuracy``.
+    ece : float
+        Expected calibration error: sum over bins of (items / n) * |accuracy - mean confidence|.
+    n : int
+        Gold items scored.
+    source : str
+        Who computed it: the run (``summary.json``'s ``quality.calibration``) or the report (items and gold).
+    """
+
+    table: pd.DataFrame
+    ece: float
+    n: int
+    source: str = "computed by the report from items/ and the gold file"
+
+
+@dataclass
+class Changes:
+    """What changed since the previous run (both tables are empty when nothing is shared)."""
+
+    previous: str
+    workers: pd.DataFrame
+    worker_deltas: np.ndarray
+    workers_new: int
+    workers_gone: int
+    items_shared: int
+    items_new: int
+    items_gone: int
+    flips: pd.DataFrame
+    flipped: pd.DataFrame
+    n_flipped: int
+
+
+@dataclass
+class ItemFacts:
+    """Streamed summaries of ``items/``."""
+
+    n: int = 0
+    label_counts: pd.Series = field(default_factory=lambda: pd.Series(dtype="int64"))
+    histograms: dict[str, Histogram] = field(default_factory=dict)
+    integer_columns: tuple[str, ...] = ()
+
+
+@dataclass
+class RunFacts:
+    """Everything the page draws; a ``*_note`` says why its part is missing when it is ``None``."""
+
+    run_dir: str
+    summary: dict[str, Any]
+    workers: pd.DataFrame | None
+    items: ItemFacts
+    calibration: Calibration | None
+    calibration_note: str
+    changes: Changes | None
+    changes_note: str
+    relabel: pd.DataFrame | None
+
+
+def _bins(column: str, low: float, high: float, integer: bool) -> np.ndarray:
+    if column == "confidence":
+        return np.linspace(0.0, 1.0, CONFIDENCE_BINS + 1)
+    if integer and high - low <= OTHER_BINS:
+        return np.arange(low - 0.5, high + 1.0, 1.0)
+    if high <= low:
+        return np.array([low - 0.5, low + 0.5])
+    return np.linspace(low, high, OTHER_BINS + 1)
+
+
+def _ranges(run_dir: str, fmt: str, numeric: list[str]) -> tuple[int, pd.Series, dict[str, tuple[float, float]],
+                                                                     set[str]]:
+    """First pass: item count, label counts, and each numeric column's range and whether it holds integers."""
+    n, labels = 0, pd.Series(dtype="int64")
+    low = {c: np.inf for c in numeric}
+    high = {c: -np.inf for c in numeric}
+    integer = set(numeric)
+    for batch in item_batches(run_dir, fmt, ["label", *numeric]):
+        n += len(batch)
+        labels = labels.add(batch["label"].value_counts(), fill_value=0)
+        for column in numeric:
+            values = batch[column].dropna().to_numpy(dtype=float)
+            if values.size:
+                low[column] = min(low[column], float(values.min()))
+                high[column] = max(high[column], float(values.max()))
+                if column in integer and not np.all(values == np.round(values)):
+                    integer.discard(column)
+    ranges = {c: (low[c], high[c]) for c in numeric if np.isfinite(low[c])}
+    return n, labels.astype("int64"), ranges, integer
+
+
+def _gold_truth(summary: dict[str, Any], gold_path: str | None) -> tuple[pd.Series | None, str]:
+    """The held-out gold as ``item -> truth``, or ``None`` and why there is none."""
+    path = gold_path or summary.get("inputs", {}).get("gold")
+    if not path:
+        return None, ("this run was given no gold (--gold), so there is no calibration against gold; "
+                      "`crowdspark report RUN_DIR --gold FILE` draws it from a gold file")
+    config = GoldConfig(**{k: v for k, v in summary.get("config", {}).get("gold", {}).items()
+                           if k in ("item", "truth", "format", "fit_fraction", "split_seed")})
+    try:
+        frame = read_frame(path, config.format, "gold")
+        gold = prepare_gold(frame, config, list(summary["classes"]), path)
+    except (CrowdsparkError, OSError) as exc:
+        return None, f"the gold {path!r} could not be read here ({exc}); give it with --gold FILE"
+    truth = gold.frame.set_index("item")["truth"]
+    held_out = ~config.split().in_fit(item_keys(truth.index.to_numpy()))
+    return truth[held_out], ""
+
+
+def _calibration(confidence: np.ndarray, correct: np.ndarray) -> Calibration:
+    edges = np.linspace(0.0, 1.0, CALIBRATION_BINS + 1)
+    which = np.clip(np.searchsorted(edges, confidence, side="right") - 1, 0, CALIBRATION_BINS - 1)
+    items = np.bincount(which, minlength=CALIBRATION_BINS)
+    conf_sum = np.bincount(which, weights=confidence, minlength=CALIBRATION_BINS)
+    right = np.bincount(which, weights=correct.astype(float), minlength=CALIBRATION_BINS)
+    kept = items > 0
+    table = pd.DataFrame({"low": edges[:-1][kept], "high": edges[1:][kept], "items": items[kept],
+                          "mean_confidence": conf_sum[kept] / items[kept], "accuracy": right[kept] / items[kept]})
+    n = int(items.sum())
+    ece = float(np.sum(table["items"] / n * np.abs(table["accuracy"] - table["mean_confidence"]))) if n else 0.0
+    return Calibration(table=table, ece=ece, n=n)
+
+
+def summary_calibration(summary: dict[str, Any]) -> Calibration | None:
+    """The calibration the run computed itself (``summary.json``'s ``quality.calibration``), when it has one."""
+    computed = (summary.get("quality") or {}).get("calibration") or {}
+    rows = [row for row in computed.get("bins", []) if row.get("items")]
+    if not rows or computed.get("ece") is None:
+        return None
+    table = pd.DataFrame(rows)[["low", "high", "items", "mean_confidence", "accuracy"]]
+    return Calibration(table=table, ece=float(computed["ece"]), n=int(computed.get("n_gold", table["items"].sum())),
+                       source='computed by the run (summary.json, "quality.calibration")')
+
+
+def _item_pass(run_dir: str, fmt: str, numeric: list[str], truth: pd.Series | None
+               ) -> tuple[ItemFacts, Calibration | None]:
+    """Both passes over ``items/``: ranges first, then the histograms and the gold items' confidences."""
+    n, labels, ranges, integer = _ranges(run_dir, fmt, numeric)
+    edges = {c: _bins(c, *ranges[c], c in integer) for c in ranges}
+    counts = {c: np.zeros(len(e) - 1, dtype=np.int64) for c, e in edges.items()}
+    scored_conf, scored_right = [], []
+    for batch in item_batches(run_dir, fmt, ["item", "label", *edges]):
+        for column, e in edges.items():
+            counts[column] += np.histogram(batch[column].dropna().to_numpy(dtype=float), bins=e)[0]
+        if truth is not None and "confidence" in batch:
+            true = batch["item"].map(truth)
+            has = true.notna().to_numpy()
+            scored_conf.append(batch["confidence"].to_numpy(dtype=float)[has])
+            scored_right.append((batch["label"].to_numpy()[has] == true.to_numpy()[has]))
+    facts = ItemFacts(n=n, label_counts=labels, histograms={c: Histogram(edges[c], counts[c]) for c in edges},
+                      integer_columns=tuple(sorted(integer & set(edges))))
+    if truth is None or not scored_conf:
+        return facts, None
+    return facts, _calibration(np.concatenate(scored_conf), np.concatenate(scored_right))
+
+
+def _previous_dir(summary: dict[str, Any]) -> tuple[str | None, str]:
+    inputs = summary.get("inputs", {})
+    previous = (inputs.get("previous_run") or {}).get("path") or inputs.get("warm_start")
+    if not previous:
+        return None, ("this run has no previous run (it was not started with --warm-start, nor written with "
+                      "--run-id after another run), so there is nothing to compare with")
+    if not os.path.exists(os.path.join(previous, "summary.json")):
+        return None, (f"the previous run {previous!r} is not readable here (pruned by nightly.keep_runs, "
+                      "remote, or a saved model rather than a result), so there is nothing to compare with")
+    return previous, ""
+
+
+def _worker_moves(current: pd.DataFrame, previous: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, int, int]:
+    both = current[["worker", "accuracy", "n_labels"]].merge(
+        previous[["worker", "accuracy", "n_labels"]], on="worker", suffixes=("", "_before"))
+    both["change"] = both["accuracy"] - both["accuracy_before"]
+    top = both.reindex(both["change"].abs().sort_values(ascending=False).index).head(TOP_ROWS)
+    return (top[["worker", "accuracy_before", "accuracy", "change", "n_labels_before", "n_labels"]],
+            both["change"].to_numpy(), len(current) - len(both), len(previous) - len(both))
+
+
+def _item_labels(run_dir: str, fmt: str) -> pd.DataFrame:
+    columns = ["item", "label", "confidence"]
+    frames = list(item_batches(run_dir, fmt, columns))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
+def _changes(run_dir: str, fmt: str, previous: str, workers: pd.DataFrame | None) -> Changes:
+    before = read_summary(previous)
+    before_fmt = table_format(before)
+    old_workers = read_workers(previous, before_fmt)
+    if workers is not None and old_workers is not None:
+        moves, deltas, new, gone = _worker_moves(workers, old_workers)
+    else:
+        moves, deltas, new, gone = pd.DataFrame(), np.zeros(0), 0, 0
+    now, then = _item_labels(run_dir, fmt), _item_labels(previous, before_fmt)
+    both = now.merge(then, on="item", suffixes=("", "_before"))
+    flipped = both[both["label"] != both["label_before"]]
+    flips = pd.crosstab(flipped["label_before"], flipped["label"]) if len(flipped) else pd.DataFrame()
+    examples = flipped.sort_values("confidence", ascending=False).head(TOP_ROWS)
+    return Changes(previous=previous, workers=moves, worker_deltas=deltas, workers_new=new, workers_gone=gone,
+                   items_shared=len(both), items_new=len(now) - len(both), items_gone=len(then) - len(both),
+                   flips=flips, flipped=examples[["item", "label_before", "label", "confidence_before", "confidence"]],
+                   n_flipped=len(flipped))
+
+
+def collect(run_dir: str, gold_path: str | None = None) -> RunFacts:
+    """Read the run directory ``run_dir`` (local, resolved) and compute what its report shows.
+
+    Parameters
+    ----------
+    run_dir : str
+        A result directory holding ``summary.json``.
+    gold_path : str, optional
+        Gold to calibrate against instead of the run's own ``--gold`` (read with the run's gold settings).
+    """
+    summary = read_summary(run_dir)
+    fmt = table_format(summary)
+    workers = read_workers(run_dir, fmt)
+    columns, numeric = item_columns(run_dir, fmt)
+    computed = None if gold_path else summary_calibration(summary)
+    truth, calibration_note = (None, "") if computed else _gold_truth(summary, gold_path)
+    if columns:
+        items, calibration = _item_pass(run_dir, fmt, [c for c in numeric if c not in _NOT_DRAWN], truth)
+    else:
+        items, calibration = ItemFacts(), None
+    if truth is not None and calibration is None:
+        calibration_note = "no gold item is among this run's items, so there is no calibration against gold"
+    calibration = computed or calibration
+    previous, changes_note = _previous_dir(summary)
+    changes = _changes(run_dir, fmt, previous, workers) if previous and columns else None
+    relabel = read_queue(os.path.join(run_dir, "relabel"), fmt, TOP_ROWS)
+    return RunFacts(run_dir=run_dir, summary=summary, workers=workers, items=items, calibration=calibration,
+                    calibration_note=calibration_note, changes=changes, changes_note=changes_note, relabel=relabel)

@@ -1,0 +1,204 @@
+"""The report's figures (matplotlib, Agg backend), each with labelled axes and a legend (a heatmap: a labelled
+colour bar), and their inline SVG text.
+
+matplotlib is the optional extra ``report``; :func:`pyplot` says how to install it when it is missing.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from crowdspark.errors import ConfigError
+from crowdspark.report.facts import Calibration, Histogram
+
+__all__ = [
+    "pyplot",
+    "to_svg",
+    "convergence",
+    "histogram",
+    "worker_accuracy",
+    "labels_per_worker",
+    "crowd_confusion",
+    "reliability",
+    "level_accuracy",
+    "accuracy_changes",
+]
+
+_WIDE = (7.5, 3.4)
+_SQUARE = (4.8, 4.0)
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend.
+
+    Raises
+    ------
+    ConfigError
+        When matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise ConfigError("the run report draws its figures with matplotlib, which is not installed; install the "
+                          "report extra: pip install 'crowdspark[report]' (or pip install matplotlib)") from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def to_svg(figure: Any, name: str) -> str:
+    """The figure as an ``<svg>`` element to inline in HTML, and close it.
+
+    Text stays text (``svg.fonttype = none``); ids are salted with ``name`` so that the figures of one page do
+    not share ids; the XML prolog, DOCTYPE, metadata and namespace declarations (URLs a browser never fetches,
+    but that a self-contained page does not need) are removed.
+    """
+    plt = pyplot()
+    buffer = io.StringIO()
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": name}):
+        figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+    plt.close(figure)
+    text = buffer.getvalue()
+    text = text[text.index("<svg"):]
+    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
+    text = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", text)
+    return text.strip()
+
+
+def _legend(ax: Any) -> None:
+    ax.legend(loc="best", fontsize=8, frameon=False)
+
+
+def _finish(ax: Any, xlabel: str, ylabel: str) -> Any:
+    """Label the axes, add the legend, and return the figure."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    _legend(ax)
+    return ax.figure
+
+
+def convergence(history: list[dict[str, Any]], tol: float | None) -> Any:
+    """Objective and change per iteration; ``history`` is ``summary.json``'s (at least one row)."""
+    plt = pyplot()
+    frame = pd.DataFrame(history)
+    for column in ("objective", "change", "seconds"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce") if column in frame else np.nan
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+    left.plot(frame["iteration"], frame["objective"], marker=".", label="objective (per label)")
+    left.set_xlabel("iteration")
+    left.set_ylabel("objective per label")
+    _legend(left)
+    change = frame["change"].abs()
+    if change.notna().any():
+        right.semilogy(frame["iteration"], change, marker=".", label="change (what tol is tested against)")
+        if tol:
+            right.axhline(tol, color="tab:red", ls="--", label=f"tol = {tol:g}")
+    else:
+        right.plot(frame["iteration"], frame["seconds"], marker=".", label="seconds per sweep (no convergence test)")
+    right.set_xlabel("iteration")
+    right.set_ylabel("|change|" if change.notna().any() else "seconds")
+    _legend(right)
+    fig.tight_layout()
+    return fig
+
+
+def histogram(hist: Histogram, xlabel: str, what: str, ylabel: str = "items") -> Any:
+    """Bars of a :class:`Histogram`."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=_WIDE)
+    widths = np.diff(hist.edges)
+    ax.bar(hist.edges[:-1], hist.counts, width=widths, align="edge", edgecolor="white",
+           label=f"{what} ({hist.total:,})")
+    if np.allclose(widths, 1.0) and np.allclose(hist.edges % 1.0, 0.5):
+        ax.set_xticks(hist.edges[:-1] + 0.5)  # one bin per integer value
+    return _finish(ax, xlabel, ylabel)
+
+
+def worker_accuracy(workers: pd.DataFrame) -> Any:
+    """Histogram of the workers' estimated accuracy, with the label-weighted mean."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=_WIDE)
+    known = workers[workers["accuracy"].notna()]
+    accuracy = known["accuracy"].astype(float)
+    ax.hist(accuracy, bins=np.linspace(0, 1, 21), edgecolor="white", label=f"workers ({len(known):,})")
+    weighted = float(np.average(accuracy, weights=known["n_labels"])) if known["n_labels"].sum() else np.nan
+    ax.axvline(weighted, color="tab:orange", ls="--", label=f"mean weighted by labels: {weighted:.3f}")
+    return _finish(ax, "estimated accuracy (probability a label is the true class)", "workers")
+
+
+def labels_per_worker(workers: pd.DataFrame) -> Any:
+    """Histogram of the workers' numbers of labels, on logarithmic bins."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=_WIDE)
+    n = workers["n_labels"].to_numpy(dtype=float)
+    low, high = max(n.min(), 1.0), max(n.max(), 1.0)
+    if high / low >= 10:
+        ax.hist(n, bins=np.geomspace(low, high * 1.001, 25), edgecolor="white", label=f"workers ({len(n):,})")
+        ax.set_xscale("log")
+    else:
+        ax.hist(n, bins=np.linspace(low - 0.5, high + 0.5, min(int(high - low) + 2, 26)), edgecolor="white",
+                label=f"workers ({len(n):,})")
+    ax.axvline(np.median(n), color="tab:orange", ls="--", label=f"median: {np.median(n):g} labels")
+    return _finish(ax, "labels given by the worker", "workers")
+
+
+def crowd_confusion(matrix: np.ndarray, classes: list[str]) -> Any:
+    """Heatmap of the crowd's confusion matrix (rows: true class, columns: given label, rows sum to 1)."""
+    plt = pyplot()
+    size = min(max(_SQUARE[0], 0.45 * len(classes) + 2.5), 12.0)
+    fig, ax = plt.subplots(figsize=(size + 1, size))
+    image = ax.imshow(matrix, vmin=0, vmax=1, cmap="Blues")
+    ticks = np.arange(len(classes))
+    ax.set_xticks(ticks, classes, rotation=90 if len(classes) > 6 else 0)
+    ax.set_yticks(ticks, classes)
+    if len(classes) <= 12:
+        for (t, l), value in np.ndenumerate(matrix):
+            ax.text(l, t, f"{value:.2f}", ha="center", va="center", fontsize=8,
+                    color="white" if value > 0.6 else "black")
+    ax.set_xlabel("label given by a worker")
+    ax.set_ylabel("true class (inferred)")
+    bar = fig.colorbar(image, ax=ax)
+    bar.set_label("P(label | true class)")
+    return fig
+
+
+def reliability(calibration: Calibration) -> Any:
+    """Reliability diagram: observed accuracy against mean confidence per bin, with the diagonal."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=_SQUARE)
+    table = calibration.table
+    ax.plot([0, 1], [0, 1], color="gray", ls="--", label="perfect calibration")
+    ax.plot(table["mean_confidence"], table["accuracy"], marker="o",
+            label=f"this run (ECE {calibration.ece:.4f}, {calibration.n:,} gold items)")
+    ax.set_xlim(0, 1.02)
+    ax.set_ylim(0, 1.02)
+    return _finish(ax, "confidence (mean in the bin)", "accuracy on gold items")
+
+
+def level_accuracy(per_level: np.ndarray) -> Any:
+    """Histograms of the workers' accuracy on each difficulty level; ``per_level`` has shape (K, H)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=_WIDE)
+    bins = np.linspace(0, 1, 21)
+    for h in range(per_level.shape[1]):
+        level = per_level[:, h]
+        ax.hist(level[np.isfinite(level)], bins=bins, alpha=0.55, edgecolor="white",
+                label=f"level {h} ({'easiest' if h == 0 else 'harder'})")
+    return _finish(ax, "estimated worker accuracy on the level", "workers")
+
+
+def accuracy_changes(deltas: np.ndarray) -> Any:
+    """Histogram of the change of each shared worker's accuracy since the previous run."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=_WIDE)
+    reach = max(float(np.abs(deltas).max()), 1e-3)
+    ax.hist(deltas, bins=np.linspace(-reach, reach, 31), edgecolor="white",
+            label=f"workers in both runs ({len(deltas):,})")
+    ax.axvline(0, color="gray", ls=":", label="no change")
+    return _finish(ax, "accuracy now - accuracy in the previous run", "workers")

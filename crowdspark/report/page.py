@@ -1,0 +1,352 @@
+"""The report page: one HTML document with inline CSS and inline SVG figures, no script, no network.
+
+Every section is always present; a section whose data the run lacks says what is missing and how to get it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from crowdspark.report import figures
+from crowdspark.report.facts import Histogram, RunFacts
+
+__all__ = ["SECTIONS", "render", "build_figures", "crowd_matrix"]
+
+#: (id, heading) of the page's sections, in order
+SECTIONS = (
+    ("run", "Run"),
+    ("convergence", "Convergence"),
+    ("confidence", "Confidence of the inferred labels"),
+    ("workers", "Workers"),
+    ("confusion", "Confusion matrix of the crowd"),
+    ("calibration", "Calibration against gold"),
+    ("levels", "Difficulty levels"),
+    ("changes", "Changes since the previous run"),
+    ("quality", "Quality statistics"),
+)
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em auto;max-width:1000px;color:#222;
+line-height:1.45;padding:0 1em}
+h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
+table{border-collapse:collapse;margin:.6em 0;font-size:.9em}td,th{border:1px solid #ddd;padding:.25em .6em;
+text-align:right}th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
+.note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5em .8em}figure{margin:1em 0}
+figure svg{max-width:100%;height:auto}.headline{font-size:1.1em;font-weight:600}summary{cursor:pointer}figcaption{font-size:.9em;color:#555}nav a{margin-right:.8em}
+"""
+
+_KNOWN_ITEM = ("confidence", "level", "epsilon")
+_KNOWN_WORKER = ("n_labels", "accuracy")
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value)).lower()
+    if isinstance(value, (float, np.floating)):
+        return "" if np.isnan(value) else f"{value:.4g}"
+    if isinstance(value, (int, np.integer)):
+        return f"{int(value):,}"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, default=str)[:200]
+    return "" if value is None else str(value)
+
+
+def _table(frame: pd.DataFrame) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
+                   for row in frame.itertuples(index=False))
+    return f"<table><tr>{head}</tr>{rows}</table>"
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> str:
+    return _table(pd.DataFrame(pairs, columns=["", "value"])) if pairs else ""
+
+
+def _note(text: str) -> str:
+    return f'<p class="note">{html.escape(text)}</p>'
+
+
+def _figure(svg: str, caption: str) -> str:
+    return f"<figure>{svg}<figcaption>{html.escape(caption)}</figcaption></figure>"
+
+
+def _worker_matrices(workers: pd.DataFrame, n_classes: int) -> np.ndarray:
+    """Each worker's confusion matrix, shape (K, C, C): ``confusion``, or for models that give a worker one
+    number, the one-coin matrix of its ``accuracy`` (``accuracy`` on the diagonal, the rest spread evenly)."""
+    if "confusion" in workers:
+        return np.stack([np.stack([np.asarray(row, dtype=float) for row in m]) for m in workers["confusion"]])
+    accuracy = workers["accuracy"].to_numpy(dtype=float)[:, None, None]
+    eye = np.eye(n_classes)[None]
+    return accuracy * eye + (1 - accuracy) * (1 - eye) / (n_classes - 1)
+
+
+def crowd_matrix(workers: pd.DataFrame, n_classes: int) -> np.ndarray:
+    """The workers' confusion matrices averaged with their numbers of labels as weights, shape (C, C).
+
+    A row a worker's matrix leaves undefined (NaN: a majority vote's class the worker never saw) is left out of
+    that row's average.
+    """
+    matrices = _worker_matrices(workers, n_classes)
+    weights = workers["n_labels"].to_numpy(dtype=float)[:, None] * np.isfinite(matrices).all(axis=2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.einsum("kt,ktl->tl", weights, np.nan_to_num(matrices)) / weights.sum(axis=0)[:, None]
+
+
+def build_figures(facts: RunFacts) -> dict[str, Any]:
+    """Every figure the run's data allows, by name (matplotlib figures, not yet rendered)."""
+    summary, items, workers = facts.summary, facts.items, facts.workers
+    out: dict[str, Any] = {}
+    if summary.get("history"):
+        out["convergence"] = figures.convergence(summary["history"], summary.get("parameters", {}).get("tol"))
+    if "confidence" in items.histograms:
+        out["confidence"] = figures.histogram(items.histograms["confidence"], "confidence (posterior of the label)",
+                                              "items")
+    if workers is not None and len(workers):
+        out["worker_accuracy"] = figures.worker_accuracy(workers)
+        out["labels_per_worker"] = figures.labels_per_worker(workers)
+        classes = list(summary["classes"])
+        out["confusion"] = figures.crowd_confusion(crowd_matrix(workers, len(classes)), classes)
+    if facts.calibration is not None:
+        out["calibration"] = figures.reliability(facts.calibration)
+    if n_levels(facts) > 1:
+        out.update(_level_figures(facts))
+    for column in _other_item_columns(facts):
+        out[f"item_{column}"] = figures.histogram(items.histograms[column], column, "items")
+    for column in _other_worker_columns(facts):
+        values = workers[column].to_numpy(dtype=float)
+        counts, edges = np.histogram(values[np.isfinite(values)], bins=20)
+        out[f"worker_{column}"] = figures.histogram(Histogram(edges, counts), column, "workers", ylabel="workers")
+    if facts.changes is not None and facts.changes.worker_deltas.size:
+        out["accuracy_changes"] = figures.accuracy_changes(facts.changes.worker_deltas)
+    return out
+
+
+_ITEM_AXIS = {"level": "difficulty level (0 = easiest)", "epsilon": "item difficulty epsilon (initialization)"}
+
+
+def n_levels(facts: RunFacts) -> int:
+    """The number of difficulty levels of the run's model (0: it has none)."""
+    workers = facts.workers
+    if workers is not None and len(workers) and "level_accuracy" in workers:
+        return len(workers["level_accuracy"].iloc[0])
+    level = facts.items.histograms.get("level")
+    return int(round(level.edges[-1] + 0.5)) if level is not None else 0
+
+
+def _level_figures(facts: RunFacts) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    workers = facts.workers
+    if workers is not None and "level_accuracy" in workers:
+        per_level = np.stack([np.asarray(v, dtype=float) for v in workers["level_accuracy"]])
+        out["level_accuracy"] = figures.level_accuracy(per_level)
+    for column in ("level", "epsilon"):
+        if column in facts.items.histograms:
+            out[column] = figures.histogram(facts.items.histograms[column], _ITEM_AXIS[column], "items")
+    return out
+
+
+def _other_item_columns(facts: RunFacts) -> list[str]:
+    return [c for c in facts.items.histograms if c not in _KNOWN_ITEM]
+
+
+def _other_worker_columns(facts: RunFacts) -> list[str]:
+    workers = facts.workers
+    if workers is None or not len(workers):
+        return []
+    return [c for c in workers.columns if c not in _KNOWN_WORKER and workers[c].dtype.kind in "fi"
+            and np.isfinite(workers[c].to_numpy(dtype=float)).any()]
+
+
+def _headline(s: dict[str, Any]) -> str:
+    counts = s.get("counts", {})
+    parts = [f"{s.get('algorithm')} on {s.get('engine')}", f"{counts.get('items', 0):,} items",
+             f"{counts.get('workers', 0):,} workers", f"{counts.get('labels', 0):,} labels"]
+    if s.get("converged") is None:
+        parts.append(f"{s.get('iterations')} sweeps")
+    else:
+        parts.append(f"{s.get('iterations')} iterations ({'converged' if s['converged'] else 'not converged'})")
+    metrics = s.get("metrics") or {}
+    if metrics.get("error_rate") is not None:
+        parts.append(f"error rate {metrics['error_rate']:.4f} on {metrics.get('n_gold', 0):,} held-out gold items")
+    return f"<p class=\"headline\">{html.escape(' · '.join(parts))}</p>"
+
+
+def _run_section(facts: RunFacts) -> str:
+    s = facts.summary
+    inputs = s.get("inputs", {})
+    pairs = [("algorithm", s.get("algorithm")), ("engine", s.get("engine")), ("seed", s.get("seed")),
+             ("crowdspark version", s.get("version")), ("run id", inputs.get("run_id")),
+             ("as of", inputs.get("as_of")), ("labels", inputs.get("labels")), ("gold", inputs.get("gold")),
+             ("iterations", s.get("iterations")), ("converged", s.get("converged")),
+             ("stop reason", s.get("stop_reason"))]
+    pairs += [(f"counts: {k}", v) for k, v in s.get("counts", {}).items()]
+    pairs += [(f"metrics: {k}", v) for k, v in s.get("metrics", {}).items()]
+    pairs += [(f"parameter: {k}", v) for k, v in s.get("parameters", {}).items()]
+    pairs += [(f"seconds: {k}", v) for k, v in s.get("timings", {}).items()]
+    warnings = "".join(_note(f"warning: {w}") for w in s.get("warnings", []))
+    table = _pairs([(k, v) for k, v in pairs if v is not None])
+    return (f"{_headline(s)}{warnings}<details><summary>Settings, counts, metrics and timings</summary>{table}"
+            "</details>")
+
+
+def _convergence_section(facts: RunFacts, svgs: dict[str, str]) -> str:
+    s = facts.summary
+    if "convergence" in svgs:
+        body = _figure(svgs["convergence"], f"{s.get('algorithm')}: {len(s['history'])} iterations; "
+                                            f"{s.get('stop_reason') or ''}")
+    else:
+        body = _note(f"{s.get('algorithm')} records no iterations (a one-pass algorithm, or a run that carried the "
+                     "previous result forward), so there is no convergence to draw")
+    selection = s.get("level_selection")
+    if selection and selection.get("table"):
+        columns = [c for c in ("n_levels", "log_evidence", "n_params", "aic", "bic", "icl", "n_iter", "converged")
+                   if c in selection["table"][0]]
+        body += (f"<p>Number of levels chosen by {html.escape(str(selection.get('criterion')))}: "
+                 f"{html.escape(str(selection.get('chosen')))}</p>" + _table(pd.DataFrame(selection["table"])[columns]))
+    return body
+
+
+def _confidence_section(facts: RunFacts, svgs: dict[str, str]) -> str:
+    items = facts.items
+    if not items.n:
+        return _note("this run wrote no items/ table")
+    body = _figure(svgs["confidence"], f"{items.n:,} items") if "confidence" in svgs else _note(
+        "items/ has no confidence column")
+    counts = items.label_counts.sort_values(ascending=False)
+    frame = pd.DataFrame({"inferred label": counts.index, "items": counts.to_numpy(),
+                          "share": counts.to_numpy() / max(items.n, 1)})
+    return body + _table(frame)
+
+
+def _workers_section(facts: RunFacts, svgs: dict[str, str]) -> str:
+    workers = facts.workers
+    if workers is None or not len(workers):
+        return _note("this run wrote no workers/ table")
+    body = _figure(svgs["worker_accuracy"], "estimated accuracy: the workers' confusion matrices on the inferred "
+                                            "class proportions")
+    body += _figure(svgs["labels_per_worker"], f"{len(workers):,} workers, {int(workers['n_labels'].sum()):,} labels")
+    flags = [c for c in workers.columns if workers[c].dtype == bool]
+    for column in flags:
+        flagged = workers[workers[column]]
+        body += f"<p>{html.escape(column)}: {len(flagged):,} of {len(workers):,} workers</p>"
+        shown = [c for c in ("worker", "n_labels", "accuracy") if c in workers]
+        body += _table(flagged.sort_values("n_labels", ascending=False)[shown].head(15)) if len(flagged) else ""
+    lowest = workers[workers["n_labels"] >= workers["n_labels"].median()].nsmallest(10, "accuracy")
+    body += "<p>Lowest estimated accuracy among the workers with at least the median number of labels:</p>"
+    return body + _table(lowest[["worker", "n_labels", "accuracy"]])
+
+
+def _confusion_section(facts: RunFacts, svgs: dict[str, str]) -> str:
+    if "confusion" not in svgs:
+        return _note("this run wrote no workers/ table, so there is no confusion matrix")
+    how = ("the workers' confusion matrices" if "confusion" in facts.workers else
+           f"the one-coin matrices of the workers' accuracies ({facts.summary.get('algorithm')} gives each worker "
+           "one number)")
+    return _figure(svgs["confusion"], f"{how} averaged with their numbers of labels as weights: how often a label "
+                                      "of the crowd is each class, given the true class")
+
+
+def _calibration_section(facts: RunFacts, svgs: dict[str, str]) -> str:
+    cal = facts.calibration
+    if cal is None:
+        return _note(facts.calibration_note)
+    split = facts.summary.get("gold_split", {})
+    held = " (the held-out gold: the gold items in the fit are left out)" if split.get("fit_items") else ""
+    return (_figure(svgs["calibration"], f"expected calibration error {cal.ece:.4f} on {cal.n:,} gold items{held}; "
+                                         f"{cal.source}")
+            + _table(cal.table))
+
+
+def _levels_section(facts: RunFacts, svgs: dict[str, str]) -> str:
+    parts = [_figure(svgs[name], caption) for name, caption in (
+        ("level", "items per difficulty level (the most probable level of each item)"),
+        ("level_accuracy", "each worker's estimated accuracy on each level"),
+        ("epsilon", "the items' difficulty epsilon of the initialization")) if name in svgs]
+    algorithm = facts.summary.get("algorithm")
+    if n_levels(facts) == 1:
+        return _note(f"{algorithm} fitted one difficulty level in this run: every item is as difficult as any "
+                     "other (dds chooses the number of levels by BIC; idbla takes n_levels)")
+    if not parts:
+        return _note(f"{algorithm} has no difficulty levels (dds, idbla, fixed-idbla and idbla-cvb have them)")
+    metrics = facts.summary.get("metrics", {})
+    if "level_labeling_error" in metrics:
+        parts.append(_table(pd.DataFrame({"level": range(len(metrics["level_labeling_error"])),
+                                          "gold items": metrics.get("level_gold_items"),
+                                          "labelling error on gold": metrics["level_labeling_error"]})))
+    return "".join(parts)
+
+
+def _changes_section(facts: RunFacts, svgs: dict[str, str]) -> str:
+    c = facts.changes
+    if c is None:
+        return _note(facts.changes_note)
+    body = f"<p>Compared with the previous run at {html.escape(c.previous)}.</p>"
+    body += _pairs([("items in both runs", c.items_shared), ("items whose label flipped", c.n_flipped),
+                    ("new items", c.items_new), ("items no longer present", c.items_gone),
+                    ("workers in both runs", c.worker_deltas.size), ("new workers", c.workers_new),
+                    ("workers no longer present", c.workers_gone)])
+    if "accuracy_changes" in svgs:
+        body += _figure(svgs["accuracy_changes"], "change of each worker's estimated accuracy")
+        body += "<p>Workers whose estimated accuracy moved most:</p>" + _table(c.workers)
+    if c.n_flipped:
+        body += "<p>Flipped labels (rows: label before, columns: label now):</p>"
+        body += _table(c.flips.rename_axis(None, axis=1).reset_index().rename(columns={"label_before": "before"}))
+        body += "<p>Flipped items, most confident first:</p>" + _table(c.flipped)
+    return body
+
+
+def _flatten(prefix: str, value: Any, pairs: list[tuple[str, Any]], tables: list[tuple[str, pd.DataFrame]]) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _flatten(f"{prefix}.{key}" if prefix else str(key), inner, pairs, tables)
+    elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        tables.append((prefix, pd.DataFrame(value)))
+    else:
+        pairs.append((prefix, value))
+
+
+def _quality_section(facts: RunFacts, svgs: dict[str, str]) -> str:
+    quality = facts.summary.get("quality")
+    body = ""
+    if quality:
+        pairs: list[tuple[str, Any]] = []
+        tables: list[tuple[str, pd.DataFrame]] = []
+        _flatten("", {k: v for k, v in quality.items() if k != "calibration"}, pairs, tables)
+        body += _pairs(pairs) + "".join(f"<p>{html.escape(name)}:</p>{_table(t)}" for name, t in tables)
+    else:
+        body += _note('summary.json has no "quality" section: this run computed no agreement, spammer or '
+                      "calibration statistics")
+    others = _other_item_columns(facts)
+    body += "".join(_figure(svgs[f"item_{c}"], f"items/ column {c}") for c in others)
+    body += "".join(_figure(svgs[f"worker_{c}"], f"workers/ column {c}") for c in _other_worker_columns(facts))
+    if facts.relabel is not None:
+        order = "by rank" if "rank" in facts.relabel else "as written"
+        body += f"<p>The relabel queue (relabel/), first rows {order}:</p>" + _table(facts.relabel)
+    else:
+        body += _note("this run wrote no relabel/ queue")
+    return body
+
+
+_RENDER = {"convergence": _convergence_section, "confidence": _confidence_section, "workers": _workers_section,
+           "confusion": _confusion_section, "calibration": _calibration_section, "levels": _levels_section,
+           "changes": _changes_section, "quality": _quality_section}
+
+
+def render(facts: RunFacts) -> str:
+    """The whole page for ``facts``."""
+    svgs = {name: figures.to_svg(fig, name) for name, fig in build_figures(facts).items()}
+    s = facts.summary
+    title = f"crowdspark run report: {s.get('algorithm')} on {s.get('counts', {}).get('items', 0):,} items"
+    nav = "".join(f'<a href="#{sid}">{html.escape(head)}</a>' for sid, head in SECTIONS)
+    sections = [f'<section id="run"><h2>Run</h2>{_run_section(facts)}</section>']
+    sections += [f'<section id="{sid}"><h2>{html.escape(head)}</h2>{_RENDER[sid](facts, svgs)}</section>'
+                 for sid, head in SECTIONS[1:]]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{html.escape(title)}"
+            f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+            f"<p>{html.escape(facts.run_dir)}</p><nav>{nav}</nav>{''.join(sections)}</body></html>\n")

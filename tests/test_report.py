@@ -1,0 +1,319 @@
+"""The run report: a self-contained page with every section, numbers that agree with the run, figures with
+labelled axes and legends, and a real browser that opens it without console errors."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crowdspark.cli import main
+from crowdspark.errors import ConfigError, InputError
+from crowdspark.report import REPORT_FILE, build_report, write_report
+from crowdspark.report.facts import collect
+from crowdspark.report.page import SECTIONS, build_figures
+from crowdspark.report.tables import resolve_run_dir
+
+pytest.importorskip("matplotlib")
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+BLUEBIRD = ["--labels", str(DATA / "bluebird" / "labels.csv")]
+GOLD = ["--gold", str(DATA / "bluebird" / "truth.csv")]
+LOCAL = ["--engine", "local", "--quiet"]
+
+
+def _aggregate(*args: str) -> None:
+    assert main(["aggregate", *LOCAL, *args]) == 0
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """A dds run with gold (levels, calibration), an mv run without gold, and two nights of ds, the second
+    warm-started from the first on more labels."""
+    root = tmp_path_factory.mktemp("runs")
+    _aggregate(*BLUEBIRD, *GOLD, "--algorithm", "dds", "--output", str(root / "gold"), "--report")
+    _aggregate(*BLUEBIRD, "--algorithm", "mv", "--output", str(root / "nogold"), "--report")
+    labels = pd.read_csv(DATA / "bluebird" / "labels.csv", dtype=str)
+    first = root / "first.csv"
+    labels.iloc[: len(labels) * 2 // 3].to_csv(first, index=False)
+    nightly = root / "nightly"
+    for run_id, path in (("2026-11-01", first), ("2026-11-02", DATA / "bluebird" / "labels.csv")):
+        _aggregate("--labels", str(path), *GOLD, "--algorithm", "ds", "--output", str(nightly), "--run-id", run_id,
+                   "--warm-start", str(nightly), "--report")
+    return {"gold": root / "gold", "nogold": root / "nogold", "nightly": nightly,
+            "night1": nightly / "run_id=2026-11-01", "night2": nightly / "run_id=2026-11-02"}
+
+
+def _page(run: Path) -> str:
+    return (run / REPORT_FILE).read_text(encoding="utf-8")
+
+
+def _section(page: str, sid: str) -> str:
+    match = re.search(rf'<section id="{sid}">(.*?)</section>', page, flags=re.S)
+    assert match, f"section {sid} missing"
+    return match.group(1)
+
+
+@pytest.mark.parametrize("name", ["gold", "nogold", "night2"])
+def test_the_page_is_self_contained(runs, name):
+    page = _page(runs[name])
+    assert page.startswith("<!DOCTYPE html>")
+    for reference in ("http://", "https://", "<script", "<link", " src="):
+        assert reference not in page, reference
+    # references only within the page, or to images embedded in it
+    assert not re.search(r"url\((?!#)|href=\"(?!#|data:image/png;base64,)", page)
+    assert page.count("<svg") >= 4
+
+
+@pytest.mark.parametrize("name", ["gold", "nogold"])
+def test_every_section_is_there_in_order(runs, name):
+    page = _page(runs[name])
+    positions = [page.index(f'<section id="{sid}">') for sid, _ in SECTIONS]
+    assert positions == sorted(positions)
+    for sid in ("convergence", "confidence", "workers", "confusion"):
+        assert "<svg" in _section(page, sid) or sid == "convergence" and name == "nogold"
+
+
+def test_a_run_with_gold_draws_its_calibration_and_levels(runs):
+    page = _page(runs["gold"])
+    calibration = _section(page, "calibration")
+    assert "<svg" in calibration and "expected calibration error" in calibration
+    assert "<svg" in _section(page, "levels")
+    assert "Number of levels chosen by bic" in _section(page, "convergence")
+
+
+def test_a_run_without_gold_says_what_it_lacks(runs):
+    page = _page(runs["nogold"])
+    assert "was given no gold" in _section(page, "calibration")
+    assert "mv has no difficulty levels" in _section(page, "levels")
+    assert "records no iterations" in _section(page, "convergence")
+    assert "has no previous run" in _section(page, "changes")
+    assert "no &quot;quality&quot; section" in _section(page, "quality")
+
+
+def test_the_calibration_agrees_with_the_runs_error_rate(runs):
+    facts = collect(str(runs["gold"]))
+    table = facts.calibration.table
+    assert facts.calibration.n == facts.summary["metrics"]["n_gold"] == int(table["items"].sum())
+    right = float((table["items"] * table["accuracy"]).sum())
+    assert right / facts.calibration.n == pytest.approx(1 - facts.summary["metrics"]["error_rate"], abs=1e-12)
+    gap = np.abs(table["accuracy"] - table["mean_confidence"]) * table["items"] / facts.calibration.n
+    assert facts.calibration.ece == pytest.approx(float(gap.sum()))
+
+
+def test_histograms_count_every_item_and_worker(runs):
+    facts = collect(str(runs["gold"]))
+    items = pd.read_parquet(runs["gold"] / "items")
+    assert facts.items.histograms["confidence"].total == len(items) == facts.summary["counts"]["items"]
+    level_counts = facts.items.histograms["level"].counts
+    assert list(level_counts) == list(np.bincount(items["level"], minlength=len(level_counts)))
+    assert facts.items.label_counts.to_dict() == items["label"].value_counts().to_dict()
+
+
+def test_a_warm_started_run_shows_what_changed(runs):
+    facts = collect(str(runs["night2"]))
+    changes = facts.changes
+    assert changes is not None and changes.previous == str(runs["night1"])
+    now = pd.read_parquet(runs["night2"] / "items")
+    then = pd.read_parquet(runs["night1"] / "items")
+    both = now.merge(then, on="item", suffixes=("", "_before"))
+    assert changes.n_flipped == int((both["label"] != both["label_before"]).sum())
+    assert changes.items_new == len(now) - len(both)
+    w_now = pd.read_parquet(runs["night2"] / "workers").set_index("worker")["accuracy"]
+    w_then = pd.read_parquet(runs["night1"] / "workers").set_index("worker")["accuracy"]
+    moves = (w_now - w_then).dropna()
+    assert changes.workers["change"].abs().iloc[0] == pytest.approx(moves.abs().max())
+    section = _section(_page(runs["night2"]), "changes")
+    assert "items whose label flipped" in section and "<svg" in section
+
+
+def test_a_run_root_reports_its_latest_run(runs, tmp_path):
+    assert resolve_run_dir(str(runs["nightly"])) == str(runs["night2"])
+    out = write_report(str(runs["nightly"]), str(tmp_path / "latest.html"))
+    assert "run_id=2026-11-02" in Path(out).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", ["gold", "nogold", "night2"])
+def test_every_figure_has_labelled_axes_and_a_legend(runs, name):
+    import matplotlib.pyplot as plt
+
+    drawn = build_figures(collect(str(runs[name])))
+    assert drawn
+    try:
+        for fig_name, fig in drawn.items():
+            bars = [ax for ax in fig.axes if hasattr(ax, "_colorbar")]
+            for ax in fig.axes:
+                if ax in bars:
+                    assert ax.get_ylabel(), f"{fig_name}: colour bar without a label"
+                    continue
+                assert ax.get_xlabel() and ax.get_ylabel(), f"{fig_name}: unlabelled axis"
+                assert ax.get_legend() is not None or bars, f"{fig_name}: no legend"
+    finally:
+        plt.close("all")
+
+
+def test_a_csv_result_is_reported(tmp_path):
+    out = tmp_path / "csv"
+    _aggregate(*BLUEBIRD, *GOLD, "--algorithm", "dds", "--output", str(out), "--set", "output.format=csv")
+    assert main(["report", str(out)]) == 0
+    page = _page(out)
+    assert "<svg" in _section(page, "calibration") and "<svg" in _section(page, "levels")
+
+
+def test_the_gold_can_be_given_to_the_report(runs, tmp_path):
+    page = build_report(str(runs["nogold"]), gold=str(DATA / "bluebird" / "truth.csv"))
+    assert "expected calibration error" in _section(page, "calibration")
+
+
+def test_a_rerun_replaces_a_result_holding_its_report(runs, tmp_path):
+    out = tmp_path / "again"
+    _aggregate(*BLUEBIRD, "--algorithm", "mv", "--output", str(out), "--report")
+    _aggregate(*BLUEBIRD, "--algorithm", "mv", "--output", str(out), "--report")
+    assert (out / REPORT_FILE).exists()
+
+
+def test_bad_run_directories_are_refused(tmp_path, capsys):
+    with pytest.raises(InputError, match="holds no summary.json"):
+        build_report(str(tmp_path))
+    with pytest.raises(ConfigError, match="reads a local run directory"):
+        build_report("hdfs://namenode/results/ds")
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "holds no summary.json" in capsys.readouterr().err
+    code = main(["aggregate", *BLUEBIRD, "--output", "s3a://bucket/out", "--report"])
+    assert code == 2 and "--report writes the page" in capsys.readouterr().err
+
+
+def test_a_missing_matplotlib_is_a_clear_error(runs, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ConfigError, match=r"pip install 'crowdspark\[report\]'"):
+        build_report(str(runs["nogold"]))
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _open_in_chromium(page: Path, screenshot: Path) -> str:
+    """Open ``page`` in headless Chromium, take a screenshot, and return the console messages it logged."""
+    command = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+               "--enable-logging=stderr", "--v=0", "--log-level=0", "--window-size=1100,1400",
+               f"--screenshot={screenshot}", page.resolve().as_uri()]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return "\n".join(line for line in done.stderr.splitlines() if ":CONSOLE" in line)
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (Debian: apt-get install -y "
+                                                 "chromium); the report's browser test needs it")
+@pytest.mark.parametrize("name", ["gold", "night2"])
+def test_chromium_opens_the_report_without_console_errors(runs, name, tmp_path):
+    broken = tmp_path / "broken.html"
+    broken.write_text('<!DOCTYPE html><html><body><script>console.error("planted"); missing();</script></body></html>')
+    planted = _open_in_chromium(broken, tmp_path / "broken.png")
+    assert "planted" in planted and "ReferenceError" in planted  # the check sees console errors
+    screenshot = tmp_path / "report.png"
+    assert _open_in_chromium(runs[name] / REPORT_FILE, screenshot) == ""
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 20_000
+
+
+@pytest.fixture()
+def quality_run(runs, tmp_path) -> Path:
+    """The gold run with what a run computing quality statistics adds: a ``quality`` section in summary.json,
+    per-item and per-worker columns, a spammer flag and a ranked relabel/ queue (values derived from the run)."""
+    import json
+
+    run = tmp_path / "quality"
+    shutil.copytree(runs["gold"], run)
+    items = pd.read_parquet(run / "items")
+    items["vote_entropy"] = 1.0 - items["confidence"]
+    items.to_parquet(run / "items" / "part-00000.parquet")
+    workers = pd.read_parquet(run / "workers")
+    workers["spammer_score"] = (2 * workers["accuracy"] - 1).clip(0, 1)
+    workers["spammer"] = workers["spammer_score"] < 0.3
+    workers.to_parquet(run / "workers" / "part-00000.parquet")
+    queue = items.sort_values("confidence").reset_index(drop=True)[["item", "label", "confidence"]]
+    queue.insert(0, "rank", np.arange(1, len(queue) + 1))
+    (run / "relabel").mkdir()
+    queue.iloc[::-1].to_parquet(run / "relabel" / "part-00000.parquet")  # written out of order
+    summary = json.loads((run / "summary.json").read_text())
+    reference = collect(str(runs["gold"])).calibration
+    summary["quality"] = {"krippendorff_alpha": 0.25, "class_agreement": {"1": 0.7, "2": 0.6},
+                          "workers": {"spammers": int(workers["spammer"].sum())},
+                          "calibration": {"n_gold": reference.n, "ece": reference.ece,
+                                          "bins": reference.table.to_dict("records")}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run
+
+
+def test_the_quality_statistics_are_drawn_when_the_run_has_them(quality_run):
+    facts = collect(str(quality_run))
+    assert facts.calibration.source.startswith("computed by the run")
+    assert list(facts.relabel["rank"]) == list(range(1, 16))
+    page = build_report(str(quality_run))
+    quality = _section(page, "quality")
+    for text in ("krippendorff_alpha", "class_agreement.1", "workers.spammers", "items/ column vote_entropy",
+                 "workers/ column spammer_score", "relabel queue"):
+        assert text in quality, text
+    assert "bins" not in quality  # the calibration is drawn in its own section
+    assert "spammer: " in _section(page, "workers")
+
+
+@pytest.mark.spark
+def test_a_result_written_by_spark_is_reported(spark, tmp_path):
+    from crowdspark.cli import build_parser, run_aggregate
+
+    out = tmp_path / "spark"
+    args = build_parser().parse_args(["aggregate", *BLUEBIRD, *GOLD, "--algorithm", "dds", "--output", str(out),
+                                      "--set", "engine.small_input_bytes=0", "--set", "spark.partitions=2"])
+    summary = run_aggregate(args, spark=spark)
+    assert summary["engine"] == "spark"
+    facts = collect(write_report(str(out)).rsplit("/", 1)[0])
+    assert facts.items.histograms["confidence"].total == summary["counts"]["items"]
+    assert facts.calibration.n == summary["metrics"]["n_gold"]
+    page = _page(out)
+    assert "<svg" in _section(page, "levels") and "<svg" in _section(page, "calibration")
+
+
+def test_the_crowd_matrix_weighs_workers_by_labels_and_skips_undefined_rows():
+    from crowdspark.report.page import crowd_matrix
+
+    workers = pd.DataFrame({"n_labels": [3, 1],
+                            "confusion": [[[1.0, 0.0], [0.5, 0.5]], [[0.0, 1.0], [np.nan, np.nan]]]})
+    expected = np.array([[0.75, 0.25], [0.5, 0.5]])
+    assert np.allclose(crowd_matrix(workers, 2), expected)
+    one_coin = pd.DataFrame({"n_labels": [1, 1], "accuracy": [0.9, 0.5]})
+    assert np.allclose(crowd_matrix(one_coin, 3), [[0.7, 0.15, 0.15], [0.15, 0.7, 0.15], [0.15, 0.15, 0.7]])
+
+
+def test_a_one_coin_model_gets_the_crowd_matrix_of_its_accuracies(tmp_path):
+    out = tmp_path / "wawa"
+    _aggregate(*BLUEBIRD, "--algorithm", "wawa", "--output", str(out), "--report")
+    confusion = _section(_page(out), "confusion")
+    assert "<svg" in confusion and "one-coin matrices" in confusion
+
+
+def test_a_report_that_fails_after_the_run_says_the_results_are_written(tmp_path, monkeypatch, capsys):
+    import crowdspark.report as report
+
+    def broken(run_dir, out=None, gold=None):
+        raise ValueError("planted")
+
+    monkeypatch.setattr(report, "write_report", broken)
+    out = tmp_path / "run"
+    assert main(["aggregate", *LOCAL, *BLUEBIRD, "--algorithm", "mv", "--output", str(out), "--report"]) == 1
+    err = capsys.readouterr().err
+    assert f"the run succeeded and its results are in {out}" in err and "planted" in err
+    assert (out / "summary.json").exists()
+
+
+def test_a_model_that_fitted_one_level_says_so(tmp_path):
+    out = tmp_path / "dds1"
+    _aggregate(*BLUEBIRD, "--algorithm", "dds", "--set", "dds.n_levels=1", "--output", str(out), "--report")
+    levels = _section(_page(out), "levels")
+    assert "dds fitted one difficulty level" in levels and "<svg" not in levels
