@@ -22,7 +22,7 @@ log = logging.getLogger("crowdspark.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from crowdspark.config import parse_value
+    from crowdspark.config import RunConfig, parse_value
     from crowdspark.models.registry import algorithm_names
 
     parser = argparse.ArgumentParser(
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     agg = sub.add_parser("aggregate", help="aggregate labels and write items/, workers/, summary.json")
     agg.add_argument("--labels", required=True, help="labels: CSV/Parquet/JSON file, folder or glob")
     agg.add_argument("--gold", help="optional gold labels (columns item, truth) for evaluation")
-    agg.add_argument("--algorithm", help=f"one of {', '.join(algorithm_names())} (default: ds)")
+    agg.add_argument("--algorithm", help=f"one of {', '.join(algorithm_names())} (default: {RunConfig.algorithm})")
     agg.add_argument("--engine", choices=["spark", "local"], help="spark (default) or local (numpy, one process)")
     agg.add_argument(
         "--seed", type=parse_value, help="seed of every random choice, an integer >= 0 (default 0); read as --set seed="

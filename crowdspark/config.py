@@ -343,7 +343,7 @@ MOVED_TO_SPARK = tuple(f.name for f in fields(SparkConfig))
 class RunConfig:
     """Everything a run needs besides paths."""
 
-    algorithm: str = "ds"
+    algorithm: str = "ads"
     seed: int = 0
     input: InputConfig = field(default_factory=InputConfig)
     gold: GoldConfig = field(default_factory=GoldConfig)

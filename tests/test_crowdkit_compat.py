@@ -56,6 +56,7 @@ CROWDKIT_NAMES = {"GLAD.probas_": "variable", "MACE.probas_": None, "GLAD.priors
 #: crowdspark's parameters matched to crowd-kit's rules (crowd-kit takes none of these)
 MATCHED = {
     "DawidSkene": {"smoothing": 1e-10},
+    "OneCoinDawidSkene": {"smoothing": 1e-10},
     "Wawa": {"preset": "crowd-kit"},
     "ZeroBasedSkill": {"preset": "crowd-kit"},
     "MMSR": {"preset": "crowd-kit"},
@@ -116,8 +117,8 @@ def assert_same_layout(theirs, ours, what: str) -> None:
 
 
 def test_every_method_crowd_kit_has_is_here_under_its_name():
-    assert {"DawidSkene", "GLAD", "GoldMajorityVote", "KOS", "MACE", "MMSR", "MajorityVote", "Wawa",
-            "ZeroBasedSkill"} <= set(both_have())
+    assert {"DawidSkene", "GLAD", "GoldMajorityVote", "KOS", "MACE", "MMSR", "MajorityVote", "OneCoinDawidSkene",
+            "Wawa", "ZeroBasedSkill"} <= set(both_have())
 
 
 @pytest.mark.parametrize("name", both_have())

@@ -231,7 +231,7 @@ def relabelled_lake(root) -> tuple[str, pd.DataFrame]:
     return write_days(root, frame), frame
 
 
-@pytest.mark.parametrize("algorithm", ["ds", "dds"])
+@pytest.mark.parametrize("algorithm", ["ds", "dds", "ads"])
 def test_a_night_that_refits_every_item_equals_a_warm_full_refit(tmp_path, algorithm):
     labels, _ = relabelled_lake(tmp_path / "labels")
     extra = ["dds.n_levels=2"] if algorithm == "dds" else []
@@ -244,6 +244,8 @@ def test_a_night_that_refits_every_item_equals_a_warm_full_refit(tmp_path, algor
     assert warm.summary["incremental"]["kind"] == "full refit" and warm.summary["warm_start"]["used"]
     assert_same_answers(inc.items, warm.items)
     assert inc.summary["iterations"] == warm.summary["iterations"]
+    if algorithm == "ads":  # the night keeps the first night's structure, as dds keeps its H
+        assert inc.summary["model"]["structure_selection"]["reason"] == "kept from the warm-start model"
 
 
 def test_decay_follows_a_drifting_worker(tmp_path):

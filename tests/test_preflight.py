@@ -55,7 +55,7 @@ def held_lock(destination) -> None:
     ("user folder", r"--output .*user' is a directory with 1 entry without crowdspark's marker"),
     ("checkpoint file", r"engine.checkpoint_dir .* is not a folder"),
     ("missing warm start", r"--warm-start .*nowhere.* does not exist"),
-    ("warm start of another algorithm", r"was fitted with 'mv', this run uses 'ds'"),
+    ("warm start of another algorithm", r"was fitted with 'mv', this run uses 'ads'"),  # the default algorithm
     ("bad run id", r"--run-id must be a plain name"),
     ("bad as-of", r"--as-of must be a date such as 2026-11-25, but got '11/25/2026'"),
     ("locked output", r"another run is writing .*locked.* \(process \d+ on "),

@@ -55,15 +55,15 @@ def test_listed_workers_start_from_the_table_and_the_others_as_usual(temp):
 def test_a_table_gives_the_worker_matrices_a_warm_start_from_the_same_run_gives(tmp_path, temp):
     run = tmp_path / "run"
     temp.to_csv(tmp_path / "labels.csv", index=False)
-    assert main(["aggregate", "--labels", str(tmp_path / "labels.csv"), "--engine", "local", "--output", str(run),
-                 "--quiet"]) == 0
+    assert main(["aggregate", "--labels", str(tmp_path / "labels.csv"), "--engine", "local", "--algorithm", "ds",
+                 "--output", str(run), "--quiet"]) == 0
     table = read_worker_table(str(run))
     assert table.classes == ("1", "2")
     from crowdspark.io.saved_model import load_saved_model
     from crowdspark.pipeline.fit import warm_start_for
 
     model, own, from_table, enc = _started("ds", temp, table)
-    config = load_config(engine_name="local")
+    config = load_config(engine_name="local", algorithm="ds")
     from_model = warm_start_for(load_saved_model(str(run)), config, enc).start(model, own)
     np.testing.assert_allclose(from_table["log_pi"], from_model["log_pi"], rtol=0, atol=1e-12)
     assert not np.allclose(from_table["log_pi"], own["log_pi"])

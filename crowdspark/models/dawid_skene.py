@@ -123,9 +123,9 @@ class DawidSkene(Model):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_int("ds.max_iter", self.max_iter, minimum=1)
-        check_float("ds.tol", self.tol, minimum=0.0)
-        check_float("ds.smoothing", self.smoothing, minimum=0.0, strict_min=True)
+        check_int(f"{self.name}.max_iter", self.max_iter, minimum=1)
+        check_float(f"{self.name}.tol", self.tol, minimum=0.0)
+        check_float(f"{self.name}.smoothing", self.smoothing, minimum=0.0, strict_min=True)
 
     @property
     def schedule(self) -> Schedule:

@@ -23,6 +23,7 @@ from crowdspark.docstrings import field_docs
 from crowdspark.errors import ConfigError
 from crowdspark.faces import display_key, field_name
 from crowdspark.models.base import LevelModel, Model
+from crowdspark.models.adaptive_ds import AdaptiveDawidSkene
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.models.difficulty_ds import DifficultyDawidSkene
 from crowdspark.models.glad import Glad
@@ -33,6 +34,7 @@ from crowdspark.models.majority_vote import MajorityVote
 from crowdspark.models.kos import Kos
 from crowdspark.models.mace import Mace
 from crowdspark.models.mmsr import Mmsr
+from crowdspark.models.one_coin import OneCoinDawidSkene
 from crowdspark.models.wawa import Wawa
 from crowdspark.models.zero_based_skill import ZeroBasedSkill
 from crowdspark.validation import check_choice, check_int, did_you_mean
@@ -56,6 +58,8 @@ MODELS: tuple[type[Model], ...] = (
     IdblaCvb,
     IdblaCvb0,
     DifficultyDawidSkene,
+    OneCoinDawidSkene,
+    AdaptiveDawidSkene,
     Wawa,
     ZeroBasedSkill,
     Kos,
