@@ -71,7 +71,12 @@ from scipy.special import gammaln
 from crowdspark.block import Block
 from crowdspark.metrics import gold_stats
 from crowdspark.models.base import ItemResult, Schedule, State, Update
-from crowdspark.models.common import argmax_random_ties, confusion_counts, fix_scores, normalize_log, tie_uniforms
+from crowdspark.models.common import (
+    argmax_random_ties,
+    confusion_counts,
+    shifted_exp,
+    tie_uniforms,
+)
 from crowdspark.models.idbla_init import IdblaInit, level_worker_table
 from crowdspark.stats import Stats
 from crowdspark.validation import check_bool, check_float, check_int
@@ -435,13 +440,13 @@ def _label_sums(
     """
     table, table_dot = layout[key], layout[key + "_dot"]
     table_sq, table_sq_dot = layout.get(key + "_sq"), layout.get(key + "_sq_dot")
-    c_l = coupling[chunk.item]
+    c_l = np.take(coupling, chunk.item, axis=0)
     n_cells = table.shape[0] // coupling.shape[1]
     matrix = _coupling_matrix(c_l, chunk.cell, n_cells, table.shape[0])
     e1, e0 = matrix @ table, matrix @ table_dot  # (m_c, X) each: the cell and its row sum
     if own is not None:
         own_x, overlap, mult = own
-        scaled = (overlap[:, None] * own_x)[chunk.item]
+        scaled = np.take(overlap[:, None] * own_x, chunk.item, axis=0)
         if mult is None:
             e1 -= scaled
             e0 -= scaled
@@ -460,7 +465,7 @@ def _label_sums(
         s1, s0 = pair @ table_sq, pair @ table_sq_dot
         if own is not None:
             # item i's own Bernoulli p = overlap * own_x enters sum_j p_j^2 squared
-            scaled_sq = ((overlap[:, None] * own_x) ** 2)[chunk.item]
+            scaled_sq = np.take((overlap[:, None] * own_x) ** 2, chunk.item, axis=0)
             s1 -= scaled_sq if mult is None else mult[:, 0, None] * scaled_sq
             s0 -= scaled_sq if mult is None else mult[:, 1, None] * scaled_sq
         per_label = _second_order_log(e1, s1)
@@ -470,6 +475,14 @@ def _label_sums(
 
 def _damp(new: np.ndarray, old: np.ndarray, damping: float) -> np.ndarray:
     return new if damping == 0.0 else (1.0 - damping) * new + damping * old
+
+
+def _normalize_rows_log(score: np.ndarray) -> np.ndarray:
+    """Each row of the log scores ``score`` (n, X) normalized into probabilities; the per-row reductions run
+    over the transposed copy (X, n), whose rows are long, rather than over n rows of X values."""
+    probs, total, _ = shifted_exp(np.ascontiguousarray(score.T), axis=0)
+    probs /= total
+    return probs.T
 
 
 def _fix_chunk(block: Block, chunk: _Chunk, lam: np.ndarray) -> np.ndarray:
@@ -532,15 +545,17 @@ def cvb_update(
     for chunk in _chunks(block, n_classes, CHUNK_LABELS):
         lo, hi = chunk.lo, chunk.hi
         lam_c, rho_c = lam[lo:hi], rho[lo:hi]
-        repeats = np.stack([mult[0][chunk.labels], mult[1][chunk.labels]], axis=1)
-        repeats = repeats if np.any(repeats[:, 1] != 1.0) else None
+        repeats = None
+        if np.any(mult[1][chunk.labels] != 1.0):
+            repeats = np.stack([mult[0][chunk.labels], mult[1][chunk.labels]], axis=1)
         own = (lam_c, np.einsum("ij,ij->i", rho_c, rho_c), repeats) if exclude else None
         score = score_t[lo:hi] + _label_sums(chunk, layout, "lam", rho_c, own, floors)
-        new = _fix_chunk(block, chunk, normalize_log(score, axis=1)[0])
-        new = lam_new[lo:hi] = _damp(new, lam_c, priors.damping)
+        new = _fix_chunk(block, chunk, _normalize_rows_log(score))
+        lam_new[lo:hi] = _damp(new, lam_c, priors.damping)
+        new = lam_new[lo:hi]
         own = (rho_c, np.einsum("ij,ij->i", new, lam_c), repeats) if exclude else None
         score = score_q[lo:hi] + _label_sums(chunk, layout, "rho", new, own, floors)
-        rho_new[lo:hi] = _damp(normalize_log(score, axis=1)[0], rho_c, priors.damping)
+        rho_new[lo:hi] = _damp(_normalize_rows_log(score), rho_c, priors.damping)
     return lam_new, rho_new
 
 
