@@ -40,13 +40,17 @@ def _datasets() -> list[str]:
     return sorted(p.parent.name for p in DATA.glob("*/labels.csv"))
 
 
-def _run(algorithm: str, dataset: str, workdir: Path) -> tuple[pd.DataFrame, dict]:
+def _run(algorithm: str, dataset: str, workdir: Path) -> tuple[pd.DataFrame, dict] | None:
+    """The run's items and summary; None when the command line refuses the pair (exit code 2: e.g. ``kos``
+    on more than two classes, ``gold-mv`` without gold in the fit)."""
     from crowdspark.cli import main
 
     output = workdir / f"{algorithm}-{dataset}"
     argv = ["aggregate", "--labels", str(DATA / dataset / "labels.csv"), "--gold", str(DATA / dataset / "truth.csv"),
             "--algorithm", algorithm, "--engine", "local", "--seed", "1", "--output", str(output), "--quiet"]
     code = main(argv)
+    if code == 2:
+        return None
     if code != 0:
         raise SystemExit(f"{algorithm} on {dataset} exited with {code}")
     items = pd.read_parquet(output / "items").sort_values("item", ignore_index=True)
@@ -60,8 +64,12 @@ def record(output: str, algorithms: list[str], datasets: list[str]) -> None:
         for dataset in datasets:
             for algorithm in algorithms:
                 start = time.perf_counter()
-                items, summary = _run(algorithm, dataset, Path(tmp))
+                run = _run(algorithm, dataset, Path(tmp))
                 key = f"{algorithm}|{dataset}"
+                if run is None:
+                    print(f"{key}: refused (exit code 2), not recorded", flush=True)
+                    continue
+                items, summary = run
                 arrays[f"{key}|item"] = items["item"].to_numpy(dtype=str)
                 arrays[f"{key}|label"] = items["label"].to_numpy(dtype=str)
                 arrays[f"{key}|posterior"] = np.stack(items["posterior"].to_numpy())

@@ -448,3 +448,33 @@ def test_validation_messages(kwargs, message) -> None:
 def test_cvb0_validation_uses_its_name() -> None:
     with pytest.raises(ConfigError, match=r"idbla-cvb0\.gamma_beta must be a number > 0"):
         IdblaCvb0(3, 2, gamma_beta=-1.0)
+
+
+@pytest.mark.parametrize("second_order", [True, False])
+def test_update_does_not_depend_on_the_chunks(monkeypatch, second_order: bool) -> None:
+    """Chunks of a few labels (items never split, some items alone in a chunk) give the one-chunk update;
+    items with gold in the fit get the one-hot of their class."""
+    import crowdspark.models.idbla_cvb as cvb
+    from crowdspark.block import GoldSplit
+    from tests.helpers import load_dataset
+
+    blocks, enc = load_dataset("bluebird", 10**6)
+    (whole,) = blocks
+    (block,) = build_blocks(np.repeat(whole.item_ids, whole.labels_per_item()), whole.worker, whole.label,
+                            np.repeat(whole.truth, whole.labels_per_item()), split=GoldSplit(0.3, 0))
+    K, C, H = enc.n_workers, enc.n_classes, 2
+    rng = np.random.default_rng(3)
+    lam, rho = random_factors(block.n_items, C, rng), random_factors(block.n_items, H, rng)
+    tables = tables_to_params(cvb_tables(block, lam, rho, K, second_order))
+    priors = CvbPriors(second_order=second_order, damping=0.3, diagonal_prior=0.5)
+    mult = label_multiplicity(block)
+    monkeypatch.setattr(cvb, "CHUNK_LABELS", 10**9)
+    lam_one, rho_one = cvb_update(block, tables, lam, rho, mult, priors)
+    monkeypatch.setattr(cvb, "CHUNK_LABELS", 7)
+    lam_many, rho_many = cvb_update(block, tables, lam, rho, mult, priors)
+    np.testing.assert_allclose(lam_many, lam_one, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(rho_many, rho_one, rtol=0, atol=1e-13)
+    fixed = np.flatnonzero(block.fixed >= 0)
+    assert fixed.size > 0
+    expected = 0.7 * np.eye(C)[block.fixed[fixed]] + 0.3 * lam[fixed]  # damped towards the one-hot
+    np.testing.assert_allclose(lam_one[fixed], expected, rtol=0, atol=1e-15)

@@ -89,3 +89,36 @@ def test_level_plan_policy():
     paper = level_plan(IdblaGibbs, {"preset": "paper"})
     assert paper.candidates == (1, 2, 3, 4) and paper.criterion == "paper"
     assert level_plan(IdblaCvb, {"select_levels": [1, 2]}).candidates == (1, 2)
+
+
+def _fit_params_equal(a, b) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in a)
+
+
+def test_dds_run_keeps_the_chosen_fit_which_a_refit_repeats():
+    from crowdspark.config import RunConfig
+    from crowdspark.engine.loop import fit
+    from crowdspark.pipeline.fit import fit_configured
+
+    blocks, K, C, _ = planted()
+    engine = LocalEngine(blocks)
+    model, result, selection = fit_configured(RunConfig(algorithm="dds"), K, C, engine)
+    assert model.n_levels == selection["chosen"]
+    assert result.n_iter == selection["table"][[r["n_levels"] for r in selection["table"]].index(model.n_levels)]["n_iter"]
+    refit = fit(DifficultyDawidSkene(K, C, n_levels=model.n_levels), engine)
+    assert refit.n_iter == result.n_iter
+    assert _fit_params_equal(refit.params, result.params)
+
+
+def test_a_fit_is_kept_only_when_a_refit_would_repeat_it():
+    from crowdspark.engine.select import LevelChoice
+    from crowdspark.pipeline.fit import reusable_fit
+
+    fits = {1: "fit of H=1", 2: "fit of H=2"}
+    first = LevelChoice(table=[], chosen=1, criterion="bic", fits=fits)
+    last = LevelChoice(table=[], chosen=2, criterion="bic", fits=fits)
+    assert reusable_fit(first, (1, 2), stateful=False, cold=True) == "fit of H=1"
+    assert reusable_fit(last, (1, 2), stateful=True, cold=True) == "fit of H=2"
+    # the blocks hold the states of H=2, the last candidate fitted; a warm start or carried items change the fit
+    assert reusable_fit(first, (1, 2), stateful=True, cold=True) is None
+    assert reusable_fit(first, (1, 2), stateful=False, cold=False) is None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from crowdspark.engine.base import Engine
-from crowdspark.engine.loop import fit
+from crowdspark.engine.loop import FitResult, fit
 from crowdspark.errors import ConfigError
 from crowdspark.models.base import LevelModel, State
 from crowdspark.stats import Stats
@@ -50,11 +51,14 @@ class LevelChoice:
     chosen : int
         The selected H.
     criterion : str
+    fits : dict of int to FitResult
+        Each candidate's fit (its ``warnings`` are those the fit raised), by H.
     """
 
     table: list[dict[str, Any]] = field(default_factory=list)
     chosen: int = 1
     criterion: str = "aic"
+    fits: dict[int, FitResult] = field(default_factory=dict, repr=False, compare=False)
 
 
 def criteria(model: LevelModel) -> dict[str, bool]:
@@ -66,9 +70,17 @@ def _evidence(model: LevelModel, block, state: State, params: Any) -> tuple[Stat
     return state, model.evidence_block(block, params)
 
 
-def level_row(model: LevelModel, engine: Engine) -> dict[str, Any]:
-    """Fit ``model`` on ``engine`` and return its row of the selection table."""
-    result = fit(model, engine)
+def level_row(model: LevelModel, engine: Engine) -> tuple[dict[str, Any], FitResult]:
+    """Fit ``model`` on ``engine`` and return its row of the selection table and the fit.
+
+    The fit's warnings go to ``FitResult.warnings`` and on to the caller's filters.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fit(model, engine)
+    result.warnings = [str(w.message) for w in caught]
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     evidence = engine.map_reduce(partial(_evidence, model), result.params, stateful=False)
     log_evidence = float(evidence["log_evidence"])
     n_params = int(model.n_free_parameters())
@@ -84,7 +96,7 @@ def level_row(model: LevelModel, engine: Engine) -> dict[str, Any]:
         "converged": result.converged,
     }
     row.update(model.level_row(result.params, result.history, evidence))
-    return row
+    return row, result
 
 
 def choose_levels(
@@ -125,15 +137,15 @@ def choose_levels(
     directions = criteria(models[0])
     criterion = check_choice("level_criterion", criterion or type(models[0]).default_level_criterion,
                              list(directions))
-    table = []
+    table, fits = [], {}
     for model in models:
-        row = level_row(model, engine)
+        row, fits[int(model.n_levels)] = level_row(model, engine)
         log.info("%s H=%d: log evidence %.1f, %s %.1f", model.name, model.n_levels, row["log_evidence"],
                  criterion, row[criterion])
         table.append(row)
     values = np.array([row[criterion] for row in table])
     best = int(np.argmax(values) if directions[criterion] else np.argmin(values))
-    return LevelChoice(table=table, chosen=int(table[best]["n_levels"]), criterion=criterion)
+    return LevelChoice(table=table, chosen=int(table[best]["n_levels"]), criterion=criterion, fits=fits)
 
 
 @dataclass(frozen=True)

@@ -185,13 +185,20 @@ def maximize_concave_1d(
         start = x[index]
         direction = np.maximum(start - g / np.minimum(h, -1e-300), lower) - start
         size = np.ones_like(start)
-        for _ in range(60):
-            fc, gc, hc = fun(start + size * direction, index)
-            small = np.abs(size * direction) < tol
-            better = (fc >= f) & ~small
-            if np.all(better | small):
+        fc, gc, hc = fun(start + direction, index)
+        small = np.abs(direction) < tol
+        better = (fc >= f) & ~small
+        pending = np.flatnonzero(~(better | small))
+        for _ in range(59):  # halve the steps that neither raise f nor are short, evaluating only those
+            if pending.size == 0:
                 break
-            size = np.where(better | small, size, size / 2)
+            size[pending] /= 2
+            step = size[pending] * direction[pending]
+            fp, gp, hp = fun(start[pending] + step, index[pending])
+            small[pending] = np.abs(step) < tol
+            better[pending] = (fp >= f[pending]) & ~small[pending]
+            fc[pending], gc[pending], hc[pending] = fp, gp, hp
+            pending = pending[~(better[pending] | small[pending])]
         x[index] = np.where(better, start + size * direction, start)
         index, f, g, h = index[better], fc[better], gc[better], hc[better]
     return x

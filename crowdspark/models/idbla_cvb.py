@@ -65,12 +65,18 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.special import gammaln
 
 from crowdspark.block import Block
 from crowdspark.metrics import gold_stats
 from crowdspark.models.base import ItemResult, Schedule, State, Update
-from crowdspark.models.common import argmax_random_ties, confusion_counts, fix_scores, normalize_log, tie_uniforms
+from crowdspark.models.common import (
+    argmax_random_ties,
+    confusion_counts,
+    shifted_exp,
+    tie_uniforms,
+)
 from crowdspark.models.idbla_init import IdblaInit, level_worker_table
 from crowdspark.stats import Stats
 from crowdspark.validation import check_bool, check_float, check_int
@@ -83,10 +89,8 @@ __all__ = [
     "cvb_tables",
     "tables_to_params",
     "cvb_update",
-    "update_lambda",
-    "update_rho",
+    "cvb_layout",
     "expected_log",
-    "coupled_moments",
     "count_term",
     "collapsed_log_joint",
     "sweep_stats",
@@ -108,6 +112,9 @@ CHANGE_EDGES = 10.0 ** np.linspace(-12.0, 0.0, 12 * 24 + 1)
 OSCILLATION_COSINE = -0.5
 DAMPING_STEP = 0.2
 MAX_DAMPING = 0.8
+
+#: labels per chunk of :func:`cvb_update`: the chunk's per-label arrays stay in cache
+CHUNK_LABELS = 65536
 
 TABLE_KEYS = ("n_t", "n_t_sq", "n_q", "n_q_sq", "n_l")
 SECOND_ORDER_KEYS = ("s_tt", "s_hh")
@@ -244,65 +251,6 @@ def expected_log(mean: np.ndarray, var: np.ndarray | None, prior: float | np.nda
     return out
 
 
-def coupled_moments(
-    block: Block,
-    mean_tab: np.ndarray,
-    sq_tab: np.ndarray | None,
-    cls: np.ndarray,
-    coupling: np.ndarray,
-    own_x: np.ndarray | None,
-    own_y: np.ndarray | None,
-    mult: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Mean and variance of ``N^{not i}(k, Y_i, x, c)`` for every label and every value x.
-
-    The count is a sum over the other items' labels (k, c) of Bernoullis with
-    ``p_j = (y_j . coupling_i) x_j[x]``: its mean is ``sum_y coupling_i[y] mean_tab[k, y, x, c]`` and
-    ``sum_j p_j^2 = sum_{y,y'} coupling_i[y] coupling_i[y'] sq_tab[k, y, y', x, c]``, each minus item i's
-    own contribution.
-
-    Parameters
-    ----------
-    block : Block
-    mean_tab : ndarray, shape (K, Y, X, C') with C' = C (or 1 for the sum over classes)
-    sq_tab : ndarray, shape (K, Y, Y, X, C'), or None for first order
-    cls : ndarray of int, shape (m,)
-        Class index into the last axis of the tables (``block.label``, or zeros with C' = 1).
-    coupling : ndarray, shape (n, Y)
-        The item's own factor over the other variable (rho_i for the lambda update, lambda_i for rho).
-    own_x, own_y : ndarray, shape (n, X) and (n, Y), or None
-        The factors with which item i entered the tables; None if the tables already exclude it.
-    mult : ndarray, shape (m,)
-        How many of item i's labels fall in the same table cell as this one (see
-        :func:`label_multiplicity`).
-
-    Returns
-    -------
-    mean : ndarray, shape (m, X)
-    var : ndarray, shape (m, X), or None when ``sq_tab`` is None
-    """
-    item = block.item_of_label
-    c_l = coupling[item]  # (m, Y)
-    n_k, n_y, n_x, n_c = mean_tab.shape
-    # one contiguous row per (worker, class) cell, gathered once per label
-    row = block.worker.astype(np.int64) * n_c + cls
-    mean_rows = np.ascontiguousarray(mean_tab.transpose(0, 3, 1, 2)).reshape(n_k * n_c, n_y, n_x)
-    mean = np.einsum("my,myx->mx", c_l, mean_rows[row])
-    overlap = None
-    if own_x is not None:
-        overlap = (coupling * own_y).sum(axis=1)[item]  # (m,)
-        mean -= (mult * overlap)[:, None] * own_x[item]
-    if sq_tab is None:
-        return mean, None
-    sq_rows = np.ascontiguousarray(sq_tab.transpose(0, 4, 1, 2, 3)).reshape(n_k * n_c, n_y, n_y, n_x)
-    sq = np.zeros_like(mean)
-    for y in range(n_y):  # one y at a time keeps the gathered block at (m, Y, X)
-        sq += c_l[:, y, None] * np.einsum("mz,mzx->mx", c_l, sq_rows[row, y])
-    if own_x is not None:
-        sq -= (mult * overlap**2)[:, None] * own_x[item] ** 2
-    return mean, mean - sq
-
-
 def count_term(
     total: np.ndarray, total_sq: np.ndarray, own: np.ndarray | None, prior: float, second_order: bool
 ) -> np.ndarray:
@@ -323,119 +271,229 @@ def count_term(
     return expected_log(mean, var if second_order else None, prior)
 
 
-def _label_term(
-    block: Block,
-    tables: dict[str, np.ndarray],
-    key_mean: str,
-    key_sq: str,
-    coupling: np.ndarray,
-    own_x: np.ndarray | None,
-    own_y: np.ndarray | None,
-    mult: tuple[np.ndarray, np.ndarray],
-    omega: np.ndarray | float,
-    omega_dot: float,
-    second_order: bool,
-    transpose: tuple[int, ...] | None = None,
-) -> np.ndarray:
-    """Per-item sum over labels of ``E log(N(k,.,x,c) + omega) - E log(N(k,.,x,.) + omega_dot)``, (n, X).
+def cvb_layout(tables: dict[str, np.ndarray], priors: CvbPriors) -> dict[str, np.ndarray]:
+    """The tables of one update, stacked for the per-label gathers, with the Dirichlet pseudo-counts folded in.
 
-    ``omega`` is the pseudo-count of the label's cell, a scalar or shape (m, X) or (m, 1); ``omega_dot``
-    the pseudo-count of the row.
+    A label's expected counts are coupling-weighted sums of table rows: for the lambda update
+    ``sum_h rho_{i,h} n_l[k, h, t, c]`` over the rows ``(h, k, c)``, for the rho update
+    ``sum_t lambda_{i,t} n_l[k, h, t, c]`` over ``(t, k, c)``.  Each table is stored as those rows (the
+    coupling index outermost), and its row sums in rows of the same index (repeated for every c), so that both
+    sums of a label are products of the same sparse matrix (:func:`_coupling_matrix`).  The cell's pseudo-count
+    ``omega + diagonal_prior * [t == c]`` is added to every cell: the couplings sum to 1, so the lambda update
+    reads ``E + omega_{tc}`` and the rho update ``E + omega + diagonal_prior * lambda_{i,c}`` (the pseudo-count
+    of the random cell (T_i, c) at its mean), and the row sums ``E + C omega + diagonal_prior``.  The
+    second-moment tables carry the same pseudo-counts, so that a mean minus a second moment is the variance
+    of the counts alone.
+
+    Parameters
+    ----------
+    tables : dict
+        Output of :func:`tables_to_params`.
+    priors : CvbPriors
+
+    Returns
+    -------
+    dict
+        ``lam`` (H K C, C) and ``rho`` (C K C, H); with ``priors.second_order`` also ``lam_sq``
+        (H H K C, C) and ``rho_sq`` (C C K C, H); each with its row sums under ``<name>_dot``, of the same
+        shape.  Row ``j K C + k C + c`` holds coupling index ``j`` (flattened), worker k and class c.
     """
-    mean_tab, mean_dot = tables[key_mean], tables[key_mean + "_dot"]
-    if transpose is not None:  # view n_l[k, h, t, c] as [k, t, h, c] for the rho update
-        mean_tab, mean_dot = mean_tab.transpose(transpose), mean_dot.transpose(transpose)
-    sq_tab = tables[key_sq] if second_order else None
-    sq_dot = tables[key_sq + "_dot"] if second_order else None
-    zeros = np.zeros(block.n_labels, dtype=np.int64)
-    e1, v1 = coupled_moments(block, mean_tab, sq_tab, block.label, coupling, own_x, own_y, mult[0])
-    e0, v0 = coupled_moments(block, mean_dot, sq_dot, zeros, coupling, own_x, own_y, mult[1])
-    per_label = expected_log(e1, v1, omega) - expected_log(e0, v0, omega_dot)
+    n_classes = tables["n_l"].shape[-1]
+    cell_prior = priors.omega + priors.diagonal_prior * np.eye(n_classes)  # [t, c]
+    dot_prior = n_classes * priors.omega + priors.diagonal_prior
+    n_l = tables["n_l"] + cell_prior  # [k, h, t, c]
+    n_dot = tables["n_l_dot"][..., 0] + dot_prior  # [k, h, t]
+    out = {
+        **_stack_rows("lam", n_l.transpose(1, 0, 3, 2), n_dot.transpose(1, 0, 2)),
+        **_stack_rows("rho", n_l.transpose(2, 0, 3, 1), n_dot.transpose(2, 0, 1)),
+    }
+    if priors.second_order:
+        s_hh = tables["s_hh"] + cell_prior  # [k, h, h', t, c]
+        s_hh_dot = tables["s_hh_dot"][..., 0] + dot_prior  # [k, h, h', t]
+        # [k, t, t', h, c] + omega + diagonal_prior [t == c]: sum_{t,t'} lambda_t lambda_t' (.) adds
+        # omega + diagonal_prior lambda_c, the rho update's cell pseudo-count
+        s_tt = tables["s_tt"] + cell_prior[None, :, None, None, :]
+        s_tt_dot = tables["s_tt_dot"][..., 0] + dot_prior  # [k, t, t', h]
+        out.update(_stack_rows("lam_sq", s_hh.transpose(1, 2, 0, 4, 3), s_hh_dot.transpose(1, 2, 0, 3)))
+        out.update(_stack_rows("rho_sq", s_tt.transpose(1, 2, 0, 4, 3), s_tt_dot.transpose(1, 2, 0, 3)))
+    return out
+
+
+def _stack_rows(name: str, cell: np.ndarray, dot: np.ndarray) -> dict[str, np.ndarray]:
+    """``{name: cell rows, name + "_dot": row-sum rows}``, both of shape (prod(...) K C, X): row
+    ``(..., k, c)`` of ``cell[..., k, c, :]`` and of ``dot[..., k, :]`` (the same for every c).
+
+    Parameters
+    ----------
+    cell : ndarray, shape (..., K, C, X)
+    dot : ndarray, shape (..., K, X)
+    """
+    width = cell.shape[-1]
+    return {name: cell.reshape(-1, width),
+            name + "_dot": np.broadcast_to(dot[..., None, :], cell.shape).reshape(-1, width)}
+
+
+#: [tables, priors, layout] of the last :func:`cvb_layout` made by :func:`_layout_of`
+_LAST_LAYOUT: list = []
+
+
+def _layout_of(tables: dict[str, np.ndarray], priors: CvbPriors) -> dict[str, np.ndarray]:
+    """:func:`cvb_layout` of one sweep's tables, made once for all the blocks they reach in this process.
+
+    ``tables`` is the object the engine hands every block of a sweep (:meth:`IdblaCvb.step_params`, new each
+    sweep and never changed); the cache holds it, so no later object can take its identity.
+    """
+    if _LAST_LAYOUT and _LAST_LAYOUT[0] is tables and _LAST_LAYOUT[1] == priors:
+        return _LAST_LAYOUT[2]
+    layout = cvb_layout(tables, priors)
+    _LAST_LAYOUT[:] = [tables, priors, layout]
+    return layout
+
+
+def _coupling_matrix(weights: np.ndarray, rows: np.ndarray, n_rows: int, n_cols: int) -> sp.csr_matrix:
+    """The (m, J R) matrix ``A`` with ``(A @ table)[l] = sum_j weights[l, j] * table[j * n_rows + rows[l]]``.
+
+    Parameters
+    ----------
+    weights : ndarray, shape (m, J)
+    rows : ndarray of int32, shape (m,)
+    n_rows : int
+        R, the rows per coupling index.
+    n_cols : int
+        J R, fewer than 2**31.
+    """
+    m, width = weights.shape
+    index = (rows[:, None] + np.arange(0, width * n_rows, n_rows, dtype=np.int32)).ravel()
+    indptr = np.arange(0, m * width + 1, width, dtype=np.int32)
+    return sp.csr_matrix((weights.ravel(), index, indptr), shape=(m, n_cols))
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """Items ``lo:hi`` of a block and their labels (rows ``labels``, m_c of them)."""
+
+    lo: int
+    hi: int
+    labels: slice
+    item: np.ndarray  # (m_c,) item of each label, counted from lo
+    cell: np.ndarray  # (m_c,) int32, k * C + c
+    starts: np.ndarray  # (hi - lo,) first label of each item, counted from labels.start
+
+
+def _chunks(block: Block, n_classes: int, size: int) -> list[_Chunk]:
+    """Item ranges with about ``size`` labels each (an item is never split)."""
     if block.n_items == 0:
-        return np.zeros((0, per_label.shape[1]))
-    return np.add.reduceat(per_label, block.offsets[:-1], axis=0)
+        return []
+    offsets = block.offsets
+    ends = np.unique(np.searchsorted(offsets, np.arange(size, offsets[-1], size), side="left"))
+    bounds = [0] + [int(e) for e in ends if 0 < e < block.n_items] + [block.n_items]
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        a, b = int(offsets[lo]), int(offsets[hi])
+        cell = block.worker[a:b].astype(np.int32) * n_classes + block.label[a:b]
+        out.append(_Chunk(lo, hi, slice(a, b), block.item_of_label[a:b] - lo, cell, offsets[lo:hi] - a))
+    return out
+
+
+def _second_order_log(shifted: np.ndarray, sq: np.ndarray) -> np.ndarray:
+    """``log(s) - max(s - sq, 0) / (2 s^2)`` (:func:`expected_log` of a count whose pseudo-count is in both
+    ``s`` and ``sq``); overwrites ``sq``."""
+    var = np.subtract(shifted, sq, out=sq)
+    np.maximum(var, 0.0, out=var)
+    var /= 2.0 * shifted**2
+    out = np.log(shifted)
+    out -= var
+    return out
+
+
+def _label_sums(
+    chunk: _Chunk,
+    layout: dict[str, np.ndarray],
+    key: str,
+    coupling: np.ndarray,
+    own: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None,
+    floors: tuple[float, float],
+) -> np.ndarray:
+    """Per-item sum over labels of ``E log(N(k,.,x,c) + omega) - E log(N(k,.,x,.) + omega_dot)``, (n_c, X).
+
+    ``N^{not i}(k, Y_i, x, c)`` is a sum over the other items' labels (k, c) of Bernoullis with
+    ``p_j = (y_j . coupling_i) x_j[x]``: its mean is ``sum_y coupling_i[y] n[k, y, x, c]`` and
+    ``sum_j p_j^2 = sum_{y,y'} coupling_i[y] coupling_i[y'] s[k, y, y', x, c]``, each minus item i's own
+    contribution; the variance is the mean minus that sum (second order, with ``table_sq``).  The row sum
+    ``N(k, ., x, .)`` likewise.
+
+    Parameters
+    ----------
+    chunk : _Chunk
+    layout : dict
+        :func:`cvb_layout`; ``key`` (``"lam"`` or ``"rho"``) names the update's tables, shape (Y R, X), and
+        with second order (Y Y R, X), R = K C.
+    coupling : ndarray, shape (n_c, Y)
+        The chunk's items' factor over the other variable (rho_i for lambda, the new lambda_i for rho).
+    own : tuple, or None
+        ``(own_x, overlap, mult)``: the items' own factor (n_c, X) with which they entered the tables,
+        ``coupling_i . own_y_i`` (n_c,), and per label (m_c, 2) how many of the item's labels share its cell
+        and its row (:func:`label_multiplicity`; None when all are 1); None when the tables already exclude
+        the items.
+    floors : (float, float)
+        The smallest pseudo-count of a cell and of a row sum.
+    """
+    table, table_dot = layout[key], layout[key + "_dot"]
+    table_sq, table_sq_dot = layout.get(key + "_sq"), layout.get(key + "_sq_dot")
+    c_l = np.take(coupling, chunk.item, axis=0)
+    n_cells = table.shape[0] // coupling.shape[1]
+    matrix = _coupling_matrix(c_l, chunk.cell, n_cells, table.shape[0])
+    e1, e0 = matrix @ table, matrix @ table_dot  # (m_c, X) each: the cell and its row sum
+    if own is not None:
+        own_x, overlap, mult = own
+        scaled = np.take(overlap[:, None] * own_x, chunk.item, axis=0)
+        if mult is None:
+            e1 -= scaled
+            e0 -= scaled
+        else:
+            e1 -= mult[:, 0, None] * scaled
+            e0 -= mult[:, 1, None] * scaled
+    np.maximum(e1, floors[0], out=e1)
+    np.maximum(e0, floors[1], out=e0)
+    if table_sq is None:
+        # first order: one log of the ratio instead of two
+        e1 /= e0
+        per_label = np.log(e1, out=e1)
+    else:
+        pair = _coupling_matrix((c_l[:, :, None] * c_l[:, None, :]).reshape(c_l.shape[0], -1), chunk.cell,
+                                n_cells, table_sq.shape[0])
+        s1, s0 = pair @ table_sq, pair @ table_sq_dot
+        if own is not None:
+            # item i's own Bernoulli p = overlap * own_x enters sum_j p_j^2 squared
+            scaled_sq = np.take((overlap[:, None] * own_x) ** 2, chunk.item, axis=0)
+            s1 -= scaled_sq if mult is None else mult[:, 0, None] * scaled_sq
+            s0 -= scaled_sq if mult is None else mult[:, 1, None] * scaled_sq
+        per_label = _second_order_log(e1, s1)
+        per_label -= _second_order_log(e0, s0)
+    return np.add.reduceat(per_label, chunk.starts, axis=0)
 
 
 def _damp(new: np.ndarray, old: np.ndarray, damping: float) -> np.ndarray:
     return new if damping == 0.0 else (1.0 - damping) * new + damping * old
 
 
-def update_lambda(
-    block: Block,
-    tables: dict[str, np.ndarray],
-    lam: np.ndarray,
-    rho: np.ndarray,
-    mult: tuple[np.ndarray, np.ndarray],
-    priors: CvbPriors,
-    exclude: bool = True,
-) -> np.ndarray:
-    """New lambda of every item of the block (paper eq. 23), undamped.
-
-    Parameters
-    ----------
-    block : Block
-    tables : dict
-        Output of :func:`tables_to_params` for the current factors of all items.
-    lam, rho : ndarray, shape (n, C) and (n, H)
-        The items' current factors (with which they entered ``tables``); rho_i is the coupling.
-    mult : tuple of ndarray, shape (m,) each
-        :func:`label_multiplicity`.
-    priors : CvbPriors
-    exclude : bool
-        Subtract each item's own contribution (True); False when ``tables`` already exclude the item.
-
-    Returns
-    -------
-    ndarray, shape (n, C)
-        Rows sum to 1; the one-hot of the gold class for an item with gold in the fit.
-    """
-    own_t, own_q = (lam, rho) if exclude else (None, None)
-    score = count_term(tables["n_t"], tables["n_t_sq"], own_t, priors.gamma_alpha, priors.second_order)
-    n_classes = lam.shape[1]
-    # pseudo-count of cell (t, c): omega + diagonal_prior * [t == c]
-    omega = priors.omega + priors.diagonal_prior * (np.arange(n_classes)[None, :] == block.label[:, None])
-    omega_dot = n_classes * priors.omega + priors.diagonal_prior
-    score = score + _label_term(
-        block, tables, "n_l", "s_hh", rho, own_t, own_q, mult, omega, omega_dot, priors.second_order
-    )
-    return normalize_log(fix_scores(block, np.broadcast_to(score, lam.shape)), axis=1)[0]
+def _normalize_rows_log(score: np.ndarray) -> np.ndarray:
+    """Each row of the log scores ``score`` (n, X) normalized into probabilities; the per-row reductions run
+    over the transposed copy (X, n), whose rows are long, rather than over n rows of X values."""
+    probs, total, _ = shifted_exp(np.ascontiguousarray(score.T), axis=0)
+    probs /= total
+    return probs.T
 
 
-def update_rho(
-    block: Block,
-    tables: dict[str, np.ndarray],
-    lam_new: np.ndarray,
-    lam: np.ndarray,
-    rho: np.ndarray,
-    mult: tuple[np.ndarray, np.ndarray],
-    priors: CvbPriors,
-    exclude: bool = True,
-) -> np.ndarray:
-    """New rho of every item of the block (paper eq. 22), undamped.
-
-    Parameters
-    ----------
-    lam_new : ndarray, shape (n, C)
-        The items' updated lambda, the coupling of this update.
-    lam, rho : ndarray, shape (n, C) and (n, H)
-        The factors with which the items entered ``tables``.
-    Other parameters as :func:`update_lambda`.
-
-    Returns
-    -------
-    ndarray, shape (n, H)
-    """
-    own_q, own_t = (rho, lam) if exclude else (None, None)
-    score = count_term(tables["n_q"], tables["n_q_sq"], own_q, priors.gamma_beta, priors.second_order)
-    n_classes = lam.shape[1]
-    # the cell (T_i, c) is random; its pseudo-count enters at its mean omega + diagonal_prior * lambda_{i,c}
-    omega = priors.omega + priors.diagonal_prior * lam_new[block.item_of_label, block.label][:, None]
-    omega_dot = n_classes * priors.omega + priors.diagonal_prior
-    score = score + _label_term(
-        block, tables, "n_l", "s_tt", lam_new, own_q, own_t, mult, omega, omega_dot, priors.second_order,
-        transpose=(0, 2, 1, 3),
-    )
-    return normalize_log(np.broadcast_to(score, rho.shape), axis=1)[0]
+def _fix_chunk(block: Block, chunk: _Chunk, lam: np.ndarray) -> np.ndarray:
+    """``lam`` (n_c, C) with the one-hot of the gold class for the chunk's items with gold in the fit (what
+    :func:`~crowdspark.models.common.fix_scores` then a normalization give)."""
+    fixed = block.fixed[chunk.lo:chunk.hi]
+    rows = np.flatnonzero(fixed >= 0)
+    if rows.size:
+        lam[rows] = 0.0
+        lam[rows, fixed[rows]] = 1.0
+    return lam
 
 
 def cvb_update(
@@ -446,17 +504,58 @@ def cvb_update(
     mult: tuple[np.ndarray, np.ndarray],
     priors: CvbPriors,
     exclude: bool = True,
+    layout: dict[str, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One CVB update of every item of a block: lambda (eq. 23), then rho (eq. 22) with the new lambda.
+
+    The labels are taken a chunk of items at a time (:data:`CHUNK_LABELS`), both updates of a chunk before
+    the next, so that the per-label arrays stay in cache.
+
+    Parameters
+    ----------
+    block : Block
+    tables : dict
+        :func:`cvb_layout` of the summed tables with the counts ``n_t``, ``n_t_sq``, ``n_q``, ``n_q_sq``
+        (as made by :meth:`IdblaCvb.step_params`), or the output of :func:`tables_to_params`.
+    lam, rho : ndarray, shape (n, C) and (n, H)
+        The items' current factors (with which they entered ``tables``).
+    mult : tuple of ndarray, shape (m,) each
+        :func:`label_multiplicity`.
+    priors : CvbPriors
+    exclude : bool
+        Subtract each item's own contribution (True); False when ``tables`` already exclude the items.
+    layout : dict, optional
+        :func:`cvb_layout` of ``tables`` and ``priors``, when already made.
 
     Returns
     -------
     lam_new : ndarray, shape (n, C)
+        Rows sum to 1; the one-hot of the gold class for an item with gold in the fit.
     rho_new : ndarray, shape (n, H)
         Both damped with ``priors.damping``.
     """
-    lam_new = _damp(update_lambda(block, tables, lam, rho, mult, priors, exclude), lam, priors.damping)
-    rho_new = _damp(update_rho(block, tables, lam_new, lam, rho, mult, priors, exclude), rho, priors.damping)
+    layout = cvb_layout(tables, priors) if layout is None else layout
+    n_classes = lam.shape[1]
+    floors = (priors.omega, n_classes * priors.omega + priors.diagonal_prior)
+    own_t, own_q = (lam, rho) if exclude else (None, None)
+    score_t = count_term(tables["n_t"], tables["n_t_sq"], own_t, priors.gamma_alpha, priors.second_order)
+    score_q = count_term(tables["n_q"], tables["n_q_sq"], own_q, priors.gamma_beta, priors.second_order)
+    score_t, score_q = np.broadcast_to(score_t, lam.shape), np.broadcast_to(score_q, rho.shape)
+    lam_new, rho_new = np.empty_like(lam), np.empty_like(rho)
+    for chunk in _chunks(block, n_classes, CHUNK_LABELS):
+        lo, hi = chunk.lo, chunk.hi
+        lam_c, rho_c = lam[lo:hi], rho[lo:hi]
+        repeats = None
+        if np.any(mult[1][chunk.labels] != 1.0):
+            repeats = np.stack([mult[0][chunk.labels], mult[1][chunk.labels]], axis=1)
+        own = (lam_c, np.einsum("ij,ij->i", rho_c, rho_c), repeats) if exclude else None
+        score = score_t[lo:hi] + _label_sums(chunk, layout, "lam", rho_c, own, floors)
+        new = _fix_chunk(block, chunk, _normalize_rows_log(score))
+        lam_new[lo:hi] = _damp(new, lam_c, priors.damping)
+        new = lam_new[lo:hi]
+        own = (rho_c, np.einsum("ij,ij->i", new, lam_c), repeats) if exclude else None
+        score = score_q[lo:hi] + _label_sums(chunk, layout, "rho", new, own, floors)
+        rho_new[lo:hi] = _damp(_normalize_rows_log(score), rho_c, priors.damping)
     return lam_new, rho_new
 
 
@@ -687,12 +786,20 @@ class IdblaCvb(IdblaInit):
         out["step_sq"] = 0.0
         return out
 
+    def step_params(self, params: Any) -> dict[str, Any]:
+        """What an update reads: the summed tables of :func:`tables_to_params` and the damping (not the
+        counts at the most probable T and Q, nor the driver's bookkeeping)."""
+        keys = TABLE_KEYS + ("n_l_dot", "damping") + tuple(
+            key + suffix for key in SECOND_ORDER_KEYS for suffix in ("", "_dot") if self.correction)
+        return {key: params[key] for key in keys}
+
     def local_step(self, block: Block, state: State, params: Any, sweep: int) -> tuple[State, Stats]:
         assert state is not None
         lam, rho = state["lam"], state["rho"]
         mult = (state["mult_class"], state["mult_worker"])
         priors = replace(self.priors, damping=float(params["damping"]))
-        lam_new, rho_new = cvb_update(block, params, lam, rho, mult, priors, exclude=True)
+        layout = _layout_of(params, priors)
+        lam_new, rho_new = cvb_update(block, params, lam, rho, mult, priors, exclude=True, layout=layout)
         label = argmax_random_ties(lam_new, tie_uniforms(block, self.seed))
         step = lam_new - lam
         state = dict(state)

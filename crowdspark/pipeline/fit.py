@@ -17,7 +17,7 @@ from crowdspark.config import RunConfig
 from crowdspark.engine.base import Engine
 from crowdspark.engine.checkpoint import Checkpointer
 from crowdspark.engine.loop import FitResult, WarmStart, finish_fn, fit
-from crowdspark.engine.select import choose_levels, level_plan
+from crowdspark.engine.select import LevelChoice, choose_levels, level_plan
 from crowdspark.errors import RUN_COLD, ConfigError, IncompatibleModelError
 from crowdspark.faces import setting
 from crowdspark.io.rules import Encoding
@@ -197,6 +197,18 @@ def checkpointer_for(config: RunConfig, options: RunOptions, layout: dict[str, A
     return Checkpointer(config.engine.checkpoint_dir, config.engine.checkpoint_every, fingerprint)
 
 
+def reusable_fit(choice: LevelChoice, candidates: tuple[int, ...], stateful: bool, cold: bool) -> FitResult | None:
+    """The chosen candidate's fit from the selection, when fitting the chosen H again would repeat it.
+
+    A refit repeats it when it starts cold (no warm start, no carried statistics, no checkpoint to resume
+    from) and the engine's block states are the chosen fit's: a stateless model keeps none, a stateful one
+    those of the last candidate fitted.  Otherwise None (the caller refits).
+    """
+    if not cold or (stateful and choice.chosen != candidates[-1]):
+        return None
+    return choice.fits.get(choice.chosen)
+
+
 def fit_configured(
     config: RunConfig,
     n_workers: int,
@@ -231,6 +243,12 @@ def fit_configured(
         selection = {"criterion": choice.criterion, "chosen": choice.chosen, "table": choice.table}
         log.info("%s: chose H = %d by %s", name, choice.chosen, choice.criterion)
     model = build_model(name, params, n_workers, n_classes, config.seed)
+    if selection is not None:
+        chosen_fit = reusable_fit(choice, plan.candidates, model.stateful,
+                                  warm_start is None and checkpoint is None and carried is None)
+        if chosen_fit is not None:
+            log.info("%s: keeps the fit of H = %d from the selection", name, choice.chosen)
+            return model, chosen_fit, selection
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = fit(model, engine, warm_start=warm_start, checkpoint=checkpoint, carried=carried)
