@@ -34,7 +34,13 @@ from scipy.special import digamma
 
 from crowdspark.block import Block
 from crowdspark.models.base import ItemResult, Model, Preset, Schedule, State, Update
-from crowdspark.models.common import class_match_scores, fix_scores, normalize_log, worker_label_counts
+from crowdspark.models.common import (
+    class_match_scores,
+    fix_scores,
+    label_cells,
+    normalize_log,
+    worker_label_counts,
+)
 from crowdspark.models.weighted_vote import check_ties, first_ties, pick_labels
 from crowdspark.stats import Stats
 from crowdspark.validation import check_choice, check_float, check_int
@@ -117,17 +123,20 @@ class Mace(Model):
     def schedule(self) -> Schedule:
         return Schedule(max_sweeps=self.max_iter, tol=self.tol)
 
-    def _label_parts(self, block: Block, params: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Per label (m,): the spamming probability of its class ``spam strategy[c]`` and ``know``."""
-        k = block.worker
-        spammed = params["spam"][k] * params["strategy"][k, block.label]
-        return spammed, params["know"][k]
+    def _tables(self, params: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per (worker, label class), flat (K C,): the log probability of the label when it is the true class
+        ``log(spam strategy[c] + know)``, when it is not ``log(spam strategy[c])``, and the share ``r`` of
+        spamming in the first."""
+        spammed = params["spam"][:, None] * params["strategy"]
+        total = spammed + params["know"][:, None]
+        share = np.divide(spammed, total, out=np.zeros_like(spammed), where=total > 0)
+        return (np.log(np.maximum(total, _TINY)).ravel(), np.log(np.maximum(spammed, _TINY)).ravel(),
+                share.ravel())
 
-    def _posterior(self, block: Block, params: Any) -> tuple[np.ndarray, np.ndarray]:
+    def _posterior(self, block: Block, tables: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
         """Posterior over the true class (n, C), gold imposed, and each item's log evidence (n,)."""
-        spammed, know = self._label_parts(block, params)
-        match = np.log(np.maximum(spammed + know, _TINY))
-        scores = class_match_scores(block, self.n_classes, match, np.log(np.maximum(spammed, _TINY)))
+        cells = label_cells(block, self.n_classes)
+        scores = class_match_scores(block, self.n_classes, tables[0][cells], tables[1][cells])
         scores -= np.log(self.n_classes)
         return normalize_log(fix_scores(block, scores))
 
@@ -144,17 +153,17 @@ class Mace(Model):
         return {key: params[key] for key in ("spam", "know", "strategy")}
 
     def local_step(self, block: Block, state: State, params: Any, sweep: int) -> tuple[State, Stats]:
-        posterior, log_evidence = self._posterior(block, params)
-        spammed, know = self._label_parts(block, params)
+        tables = self._tables(params)
+        posterior, log_evidence = self._posterior(block, tables)
+        cells = label_cells(block, self.n_classes)
         p = posterior[block.item_of_label, block.label]
-        r = np.divide(spammed, spammed + know, out=np.zeros_like(spammed), where=spammed + know > 0)
-        spam_count = (1.0 - p) + p * r
-        cells = block.worker.astype(np.int64) * self.n_classes + block.label
-        strategy = np.bincount(cells, weights=spam_count, minlength=self.n_workers * self.n_classes)
+        r = tables[2][cells]
+        strategy = np.bincount(cells, weights=(1.0 - p) + p * r, minlength=self.n_workers * self.n_classes)
+        strategy = strategy.reshape(self.n_workers, self.n_classes)
         return None, {
-            "spam": np.bincount(block.worker, weights=spam_count, minlength=self.n_workers),
+            "spam": strategy.sum(axis=1),
             "know": np.bincount(block.worker, weights=p * (1.0 - r), minlength=self.n_workers),
-            "strategy": strategy.reshape(self.n_workers, self.n_classes),
+            "strategy": strategy,
             "log_evidence": np.array(log_evidence.sum()),
         }
 
@@ -176,7 +185,7 @@ class Mace(Model):
         return Update(params={**self._m_step(stats), "labels": labels}, objective=objective)
 
     def finish_block(self, block: Block, state: State, params: Any) -> ItemResult:
-        posterior, _ = self._posterior(block, params)
+        posterior, _ = self._posterior(block, self._tables(params))
         return ItemResult(posterior=posterior, label=pick_labels(block, posterior, self.seed, self.ties))
 
     def worker_table(self, params: Any, init_stats: Stats) -> dict[str, np.ndarray]:
