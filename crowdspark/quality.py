@@ -263,8 +263,9 @@ def expected_error_reduction(posterior: np.ndarray, confusion: np.ndarray) -> np
     Returns
     -------
     ndarray of float64, shape (n,)
-        ``sum_y max_c p_c pi_cy - max_c p_c`` (>= 0 up to rounding; 0 when no label can change the class).
+        ``sum_y max_c p_c pi_cy - max_c p_c`` (>= 0; exactly 0 when no label can change the class).
     """
     joint = posterior[:, :, None] * confusion[None, :, :]
-    gain = joint.max(axis=1).sum(axis=1) - posterior.max(axis=1)
-    return np.maximum(gain, 0.0)
+    best = posterior.argmax(axis=1)
+    # sum_y joint[best, y] = max_c p_c: written per y, the gain is exactly 0 when no label changes the class
+    return (joint.max(axis=1) - joint[np.arange(posterior.shape[0]), best]).sum(axis=1)

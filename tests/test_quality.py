@@ -13,7 +13,7 @@ from crowdspark.block import build_blocks
 from crowdspark.config import load_config
 from crowdspark.errors import ConfigError
 from crowdspark.pipeline import aggregate, aggregate_frames
-from crowdspark.pipeline.quality import RELABEL_COLUMNS
+from crowdspark.pipeline.quality import RELABEL_COLUMNS, relabel_queue
 from crowdspark.quality import (
     ITEM_COLUMNS,
     agreement_stats,
@@ -211,3 +211,59 @@ def test_pandas_api_exposes_the_same_numbers():
     assert len(model.relabel_) == len(run.items)
     assert list(model.relabel_.columns) == ["rank", "task", *RELABEL_COLUMNS[2:]]
     np.testing.assert_allclose(model.workers_["spammer_score"].to_numpy(), run.workers["spammer_score"].to_numpy())
+
+
+def _read_dir(path: Path) -> pd.DataFrame:
+    key = "worker" if path.name == "workers" else "item"
+    return pd.read_parquet(path).sort_values(key).reset_index(drop=True)
+
+
+@pytest.mark.spark
+def test_local_and_spark_engines_give_the_same_quality(spark, tmp_path):
+    labels, gold = str(DATA / "rte" / "labels.csv"), str(DATA / "rte" / "truth.csv")
+    base = ["relabel.budget=25", "spark.partitions=3", "engine.small_input_bytes=0", "engine.max_block_labels=900"]
+    outs = {}
+    for engine in ("local", "spark"):
+        outs[engine] = tmp_path / engine
+        config = load_config(overrides=base, algorithm="ds", engine_name=engine, seed=5)
+        aggregate(config, labels, str(outs[engine]), gold, spark=spark if engine == "spark" else None)
+    summaries = [json.loads((outs[e] / "summary.json").read_text())["quality"] for e in ("local", "spark")]
+    assert _close(summaries[0], summaries[1])
+    for table, columns in (("items", list(ITEM_COLUMNS)), ("workers", ["agreement", "spammer_score", "spammer"]),
+                           ("relabel", list(RELABEL_COLUMNS))):
+        local, distributed = (_read_dir(outs[e] / table)[columns] for e in ("local", "spark"))
+        pd.testing.assert_frame_equal(local, distributed, check_exact=False, rtol=1e-9, atol=1e-12)
+
+
+def _close(a, b) -> bool:
+    """JSON trees equal, numbers to 1e-9."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        return all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        assert len(a) == len(b)
+        return all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float):
+        assert b == pytest.approx(a, rel=1e-9, abs=1e-12)
+        return True
+    assert a == b
+    return True
+
+
+@pytest.mark.spark
+def test_ml_model_exposes_the_same_numbers(spark):
+    from crowdspark.ml import DawidSkeneAggregator
+
+    labels = _labels("temp")
+    model = DawidSkeneAggregator(seed=0).fit(spark.createDataFrame(labels))
+    try:
+        run = aggregate_frames(_config(algorithm="ds"), labels)
+        assert _close(model.summary["quality"], run.summary["quality"])
+        queue = model.relabel(10).toPandas()
+        pd.testing.assert_frame_equal(queue, relabel_queue(run.items, 10), check_exact=False, rtol=1e-9,
+                                      check_dtype=False)
+        workers = model.workers.toPandas().sort_values("worker").reset_index(drop=True)
+        expected = run.workers.sort_values("worker").reset_index(drop=True)
+        np.testing.assert_allclose(workers["spammer_score"], expected["spammer_score"], rtol=1e-9)
+    finally:
+        model.close()

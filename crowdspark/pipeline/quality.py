@@ -143,8 +143,10 @@ def _spark_queue(items: Any, budget: int) -> Any:
 
     order = [F.col("relabel_gain").desc(), F.col("confidence").asc(), F.col("item").asc()]
     ranked = items.orderBy(*order)
-    if budget:  # at most ``budget`` rows: numbering them in one partition is cheap
+    if budget:
+        # a sort followed by a limit is one sorted partition of at most ``budget`` rows: number them in place
+        rank = F.monotonically_increasing_id() + 1
         ranked = ranked.limit(budget).coalesce(1)
-    return ranked.withColumn("rank", F.row_number().over(Window.orderBy(*order))).select(
-        "rank", *RELABEL_COLUMNS[1:])
-
+    else:
+        rank = F.row_number().over(Window.orderBy(*order))
+    return ranked.withColumn("rank", rank.cast("long")).select("rank", *RELABEL_COLUMNS[1:])
