@@ -12,6 +12,7 @@ import pytest
 from crowdspark.block import build_blocks
 from crowdspark.config import load_config
 from crowdspark.errors import ConfigError
+from crowdspark.models.registry import algorithm_names
 from crowdspark.pipeline import aggregate, aggregate_frames
 from crowdspark.pipeline.quality import RELABEL_COLUMNS, relabel_queue
 from crowdspark.quality import (
@@ -60,11 +61,13 @@ def _hand_blocks(max_labels: int):
 
 
 def test_agreement_statistics_by_hand_and_additive_across_blocks():
-    whole = sum_stats(agreement_stats(b, np.array([0, 1, 0][: b.n_items] if b.n_items == 3 else
-                                                  [{"a": 0, "b": 1, "c": 0}[i] for i in b.item_ids]), 3, 2)
-                      for b in _hand_blocks(100))
-    split = sum_stats(agreement_stats(b, np.array([{"a": 0, "b": 1, "c": 0}[i] for i in b.item_ids]), 3, 2)
-                      for b in _hand_blocks(2))
+    inferred = {"a": 0, "b": 1, "c": 0}
+
+    def summed(max_labels: int):
+        return sum_stats(agreement_stats(b, np.array([inferred[i] for i in b.item_ids]), 3, 2)
+                         for b in _hand_blocks(max_labels))
+
+    whole, split = summed(100), summed(2)
     assert len(_hand_blocks(2)) == 3
     for key in whole:
         np.testing.assert_allclose(whole[key], split[key])
@@ -267,3 +270,15 @@ def test_ml_model_exposes_the_same_numbers(spark):
         np.testing.assert_allclose(workers["spammer_score"], expected["spammer_score"], rtol=1e-9)
     finally:
         model.close()
+
+
+@pytest.mark.parametrize("algorithm", sorted(algorithm_names()))
+def test_every_algorithm_reports_quality_and_calibration(algorithm):
+    labels, gold = _labels("temp"), pd.read_csv(DATA / "temp" / "truth.csv", dtype=str)
+    run = aggregate_frames(_config("gold.fit_fraction=0.3", algorithm=algorithm), labels, gold)
+    quality = run.summary["quality"]
+    assert quality["calibration"]["n_gold"] == run.summary["metrics"]["n_gold"] > 0
+    assert sum(b["items"] for b in quality["calibration"]["bins"]) == quality["calibration"]["n_gold"]
+    assert 0 <= quality["calibration"]["ece"] <= 1
+    assert set(ITEM_COLUMNS) <= set(run.items.columns) and (run.items["relabel_gain"] >= 0).all()
+    assert len(run.workers) == run.summary["counts"]["workers"] and run.workers["spammer"].dtype == bool

@@ -37,8 +37,8 @@ from crowdspark.pipeline.quality import (
     worker_confusions,
     worker_quality,
 )
-from crowdspark.quality import ITEM_COLUMNS, average_confusion
 from crowdspark.pipeline.summary import gold_split_report, run_summary
+from crowdspark.quality import ITEM_COLUMNS, average_confusion
 from crowdspark.stats import Stats
 
 __all__ = ["RunOptions", "Fitted", "evaluate", "fit_configured", "fit_prepared"]
