@@ -6,7 +6,7 @@ Example::
 
 Each cell is ``summary.json``'s ``quality.calibration.ece`` of a local run with all the gold held out
 (``gold.fit_fraction = 0``); ``gold-mv``, which needs gold in the fit, holds 30% of it fixed and is scored on
-the rest.
+the rest; ``n/a``: the algorithm does not run on the data (kos: two classes only).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from crowdspark.config import load_config
+from crowdspark.errors import ConfigError
 from crowdspark.models.registry import algorithm_names, model_class
 from crowdspark.pipeline import aggregate_frames
 
@@ -32,10 +33,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def ece(algorithm: str, labels: pd.DataFrame, gold: pd.DataFrame) -> float | None:
+def ece(algorithm: str, labels: pd.DataFrame, gold: pd.DataFrame) -> float | str | None:
+    """The run's expected calibration error, or why the algorithm does not run on the data."""
     fraction = 0.3 if model_class(algorithm).needs_fit_gold else 0.0
     config = load_config(overrides=[f"algorithm={algorithm}", "engine.name=local", f"gold.fit_fraction={fraction}"])
-    return aggregate_frames(config, labels, gold).summary["quality"]["calibration"]["ece"]
+    try:
+        return aggregate_frames(config, labels, gold).summary["quality"]["calibration"]["ece"]
+    except ConfigError:  # kos: two classes only
+        return "n/a"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -49,7 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("|---|" + "---|" * len(args.datasets))
     for algorithm in algorithms:
         cells = [ece(algorithm, *frames[name]) for name in args.datasets]
-        print(f"| {algorithm} | " + " | ".join("" if c is None else f"{c:.3f}" for c in cells) + " |", flush=True)
+        print(f"| {algorithm} | " + " | ".join(c if isinstance(c, str) else f"{c:.3f}" for c in cells) + " |",
+              flush=True)
     return 0
 
 
