@@ -27,7 +27,8 @@ indexed by task), ``probas_`` (task x class, the classes as column names), ``err
 observed label, a column per true label: ``P(label | true label)``), ``skills_`` (Series ``skill`` by
 worker), ``priors_`` (Series ``prior`` by class), ``loss_history_``; and ``workers_`` (the worker table),
 ``classes_``, ``history_`` (per iteration), ``n_iter_``, ``converged_``, ``summary_`` (what ``summary.json``
-would hold).  Tasks, workers and classes keep the values (and types) they have in the frames given.
+would hold), ``items_`` (the item table), ``quality_`` (``summary_['quality']``) and ``relabel_`` (every
+item in the relabel queue's order, docs/quality.md).  Tasks, workers and classes keep the values (and types) they have in the frames given.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from crowdspark.io.rules import order_classes
 from crowdspark.io.worker_table import WorkerTable, worker_table_from_frame
 from crowdspark.models.registry import MODELS, check_params, hyperparameters, model_class
 from crowdspark.pipeline import RunOptions, RunResult, aggregate_frames
+from crowdspark.pipeline.quality import relabel_queue
 
 __all__ = ["Aggregator", "CLASSES"]
 
@@ -247,6 +249,12 @@ class Aggregator:
         self.loss_history_ = [float(h["objective"]) for h in run.summary["history"]]
         self.n_iter_ = run.summary["iterations"]
         self.converged_ = run.summary["converged"]
+        self.quality_ = run.summary.get("quality")
+        if self.quality_ is not None:
+            queue = relabel_queue(run.items, 0)
+            queue["item"] = [tasks.get(t, t) for t in queue["item"]]
+            queue["label"] = [classes.get(c, c) for c in queue["label"]]
+            self.relabel_ = queue.rename(columns={"item": item})
 
     def _model_attributes(self, task_index: pd.Index, worker_index: pd.Index) -> None:
         """The model's own fitted attributes (``Model.api_attributes``: GLAD's ``alphas_``, MACE's ``thetas_``)."""

@@ -45,6 +45,8 @@ __all__ = [
     "SparkConfig",
     "NightlyConfig",
     "IncrementalConfig",
+    "QualityConfig",
+    "RelabelConfig",
     "RunConfig",
     "load_config",
     "parse_override",
@@ -335,6 +337,51 @@ class IncrementalConfig:
         check_int("incremental.drift_workers", self.drift_workers, minimum=0)
 
 
+@dataclass(frozen=True)
+class QualityConfig:
+    """The quality signals of a run (docs/quality.md): agreement and uncertainty per item and for the run,
+    worker quality, calibration against the held-out gold.
+
+    Attributes
+    ----------
+    enabled : bool
+        Compute them (the ``items/`` and ``workers/`` quality columns, ``summary.json``'s ``quality`` and
+        ``relabel/``); ``false`` leaves the outputs as they were without them.
+    spammer_threshold : float
+        A worker whose spammer score (Raykar & Yu 2012: 0 when the labels do not depend on the true class, 1
+        for a perfect worker) is below this is flagged ``spammer`` in ``workers/``.
+    calibration_bins : int
+        Equal-width confidence bins of the reliability table.
+    """
+
+    enabled: bool = True
+    spammer_threshold: float = 0.1
+    calibration_bins: int = 10
+
+    def __post_init__(self) -> None:
+        coerce_fields(self, "quality")
+        check_float("quality.spammer_threshold", self.spammer_threshold, minimum=0.0, maximum=1.0)
+        check_int("quality.calibration_bins", self.calibration_bins, minimum=1)
+
+
+@dataclass(frozen=True)
+class RelabelConfig:
+    """The relabel queue (``relabel/``): the items one more label would help most.
+
+    Attributes
+    ----------
+    budget : int
+        How many items the queue lists (the first ones by expected error reduction, then lowest confidence);
+        0: every item (a sort of the whole item table).
+    """
+
+    budget: int = 1000
+
+    def __post_init__(self) -> None:
+        coerce_fields(self, "relabel")
+        check_int("relabel.budget", self.budget, minimum=0)
+
+
 #: keys that moved from [engine] to [spark]: what an older configuration is told
 MOVED_TO_SPARK = tuple(f.name for f in fields(SparkConfig))
 
@@ -352,6 +399,8 @@ class RunConfig:
     spark: SparkConfig = field(default_factory=SparkConfig)
     nightly: NightlyConfig = field(default_factory=NightlyConfig)
     incremental: IncrementalConfig = field(default_factory=IncrementalConfig)
+    quality: QualityConfig = field(default_factory=QualityConfig)
+    relabel: RelabelConfig = field(default_factory=RelabelConfig)
     algorithms: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -386,7 +435,8 @@ def _jsonable(value: Any) -> Any:
 
 
 _SECTIONS = {"input": InputConfig, "gold": GoldConfig, "output": OutputConfig, "engine": EngineConfig,
-             "spark": SparkConfig, "nightly": NightlyConfig, "incremental": IncrementalConfig}
+             "spark": SparkConfig, "nightly": NightlyConfig, "incremental": IncrementalConfig,
+             "quality": QualityConfig, "relabel": RelabelConfig}
 _TOP_KEYS = ("algorithm", "seed")
 
 

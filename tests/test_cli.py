@@ -34,7 +34,8 @@ def test_local_run_writes_items_workers_and_summary(tmp_path, capsys):
     assert list(items.columns[:4]) == ["item", "label", "confidence", "posterior"]
     assert len(items) == 800
     workers = pd.read_parquet(out / "workers")
-    assert list(workers.columns) == ["worker", "n_labels", "confusion", "accuracy"]
+    assert list(workers.columns) == ["worker", "n_labels", "confusion", "accuracy",
+                                     "agreement", "spammer_score", "spammer"]
     assert workers["n_labels"].sum() == 8000
 
 

@@ -246,7 +246,7 @@ def test_every_bundled_configuration_file_loads(path):
     assert set(config.algorithms) == set(tree) & set(algorithm_names())
 
 
-KNOWN_SECTIONS = r"the sections are input, gold, output, engine, spark, nightly, incremental and the algorithm names mv, ds, bcc, idbla, .*dds"
+KNOWN_SECTIONS = r"the sections are input, gold, output, engine, spark, nightly, incremental, quality, relabel and the algorithm names mv, ds, bcc, idbla, .*dds"
 
 
 @pytest.mark.parametrize(

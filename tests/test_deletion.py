@@ -114,7 +114,8 @@ def test_an_empty_folder_and_a_previous_result_are_replaced(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     assert run_cli(out) == 0
-    assert marker(out)["kind"] == "result" and listing(out) == [MARKER, "_model", "items", "summary.json", "workers"]
+    assert marker(out)["kind"] == "result"
+    assert listing(out) == [MARKER, "_model", "items", "relabel", "summary.json", "workers"]
     assert main(["aggregate", "--labels", LABELS, "--engine", "local", "--algorithm", "ds", "--output", str(out)]) == 0
     assert json.loads((out / "summary.json").read_text())["algorithm"] == "ds"
     assert listing(tmp_path) == ["out"]

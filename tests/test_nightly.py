@@ -202,4 +202,4 @@ def test_a_result_of_crowdspark_0_1_with_its_model_folder_warm_starts(tmp_path):
     assert warm["warm_start"] == {"source": str(tmp_path / "old"), "used": True}
     aggregate(config, RTE[0], str(tmp_path / "old"))  # an 0.1 result at --output is replaced
     assert sorted(p.name for p in (tmp_path / "old").iterdir()) == [
-        "_CROWDSPARK.json", "_model", "items", "summary.json", "workers"]
+        "_CROWDSPARK.json", "_model", "items", "relabel", "summary.json", "workers"]

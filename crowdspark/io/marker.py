@@ -96,7 +96,7 @@ DATASET = "synthetic-dataset"
 
 #: the entries a directory of these kinds may hold (besides the marker), and those it must hold
 _LAYOUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    RESULT: (("items", "workers", "_model", "_incremental", "model", "summary.json", "report.html"),
+    RESULT: (("items", "workers", "relabel", "_model", "_incremental", "model", "summary.json", "report.html"),
              ("items", "workers", "summary.json")),
     REPORT: (("report.md", "results.json", "*.png"), ("report.md", "results.json")),
 }

@@ -155,12 +155,14 @@ def write_spark_table(frame, directory: str, fmt: str) -> None:
         frame.write.mode("overwrite").parquet(directory)
 
 
-def write_table(table, directory: str, fmt: str, spark: Any = None, extras: dict[str, str] | None = None) -> None:
+def write_table(table, directory: str, fmt: str, spark: Any = None, extras: dict[str, str] | None = None,
+                schema: str | None = None) -> None:
     """Write a pandas, pyarrow or Spark table to ``directory``.
 
     A pandas table goes to a local directory with pandas (one file), to any other filesystem through
-    ``spark`` (one partition; ``extras`` gives an item table's schema); a pyarrow table (Parquet only) to a
-    local directory with pyarrow (one file); a Spark table is written by Spark.
+    ``spark`` (one partition; ``extras`` gives an item table's schema, ``schema`` (Spark DDL) any other's); a
+    pyarrow table (Parquet only) to a local directory with pyarrow (one file); a Spark table is written by
+    Spark.
     """
     import pyarrow as pa
 
@@ -177,5 +179,6 @@ def write_table(table, directory: str, fmt: str, spark: Any = None, extras: dict
     elif is_local(directory):
         write_frame_local(table, directory, fmt)
     else:
-        schema = item_schema(extras) if extras is not None else None
+        if schema is None and extras is not None:
+            schema = item_schema(extras)
         write_spark_table(spark.createDataFrame(table, schema).coalesce(1), directory, fmt)

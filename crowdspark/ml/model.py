@@ -28,6 +28,7 @@ from crowdspark.io.spark_reader import SparkLabels, prepare_labels_spark
 from crowdspark.io.tables import item_frame, item_schema
 from crowdspark.ml.params import SOURCE, UNKNOWN_WORKER_CHOICES, CrowdParams
 from crowdspark.ml.persistence import ModelReader, ModelWriter
+from crowdspark.pipeline.quality import relabel_queue
 from crowdspark.models.base import Model as Kernel
 from crowdspark.validation import check_choice
 
@@ -97,6 +98,14 @@ class CrowdAggregatorModel(Model, CrowdParams, MLReadable, MLWritable):
     def workers(self) -> DataFrame:
         """The worker table (Spark DataFrame, one row per worker)."""
         return self._fitted(self._workers, "worker table")
+
+    def relabel(self, budget: int = 1000) -> DataFrame:
+        """The relabel queue (docs/quality.md): the ``budget`` items (0: all) one more label would help most."""
+        items = self.items
+        if "relabel_gain" not in items.columns:
+            raise ConfigError("this CrowdAggregatorModel's item table has no quality columns (it was fitted with "
+                              "quality.enabled = false); fit it with the quality signals on for a relabel queue")
+        return relabel_queue(items, budget)
 
     @property
     def summary(self) -> dict[str, Any]:

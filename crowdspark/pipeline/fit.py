@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from crowdspark import __version__
@@ -25,10 +26,19 @@ from crowdspark.io.saved_model import SavedModel, worker_index_map
 from crowdspark.io.tables import item_batch, item_schema, worker_frame
 from crowdspark.io.worker_table import WorkerTable
 from crowdspark.metrics import gold_stats, level_error_stats, metrics_from_stats
-from crowdspark.models.base import LevelModel, Model, State, no_worker_start
+from crowdspark.models.base import ItemResult, LevelModel, Model, State, no_worker_start
 from crowdspark.models.registry import build_model, model_class, model_parameters
 from crowdspark.pipeline.prepare import Prepared
+from crowdspark.pipeline.quality import (
+    quality_block_stats,
+    quality_on,
+    quality_summary,
+    with_item_quality,
+    worker_confusions,
+    worker_quality,
+)
 from crowdspark.pipeline.summary import gold_split_report, run_summary
+from crowdspark.quality import ITEM_COLUMNS, average_confusion
 from crowdspark.stats import Stats
 
 __all__ = ["RunOptions", "Fitted", "evaluate", "fit_configured", "fit_prepared"]
@@ -64,18 +74,26 @@ class RunOptions:
     carried: Stats | None = None
 
 
-def _evaluate_block(model: Model, block: Block, state: State, params: Any) -> tuple[State, Stats]:
+def _evaluate_block(model: Model, quality_bins: int, block: Block, state: State,
+                    params: Any) -> tuple[State, Stats]:
     result = model.finish_block(block, state, params)
     stats = gold_stats(block, result.posterior, result.label)
     if isinstance(model, LevelModel) and "level" in result.extra:
         stats.update(level_error_stats(block, result.extra["level"], model.n_levels))
+    if quality_bins:
+        stats.update(quality_block_stats(block, result, model.n_workers, quality_bins))
     return state, stats
+
+
+def evaluate_stats(model: Model, engine: Engine, params: Any, quality_bins: int = 0) -> Stats:
+    """The summed gold statistics and, with ``quality_bins`` (the reliability table's bins), the quality
+    statistics (:func:`crowdspark.pipeline.quality.quality_block_stats`) of every block, in one pass."""
+    return engine.map_reduce(partial(_evaluate_block, model, quality_bins), params, stateful=False)
 
 
 def evaluate(model: Model, engine: Engine, params: Any) -> dict[str, Any]:
     """Metrics against the gold labels carried in the blocks (any engine)."""
-    stats = engine.map_reduce(partial(_evaluate_block, model), params, stateful=False)
-    return metrics_from_stats(stats)
+    return metrics_from_stats(evaluate_stats(model, engine, params))
 
 
 def check_fit_gold(config: RunConfig, has_gold: bool) -> None:
@@ -272,12 +290,19 @@ class Fitted:
         The engine holding the blocks, and what was read.
     summary : dict
         ``summary.json``, without the write phase.
+    quality : Stats, optional
+        The summed quality statistics (:func:`crowdspark.pipeline.quality.quality_block_stats`); ``None`` when
+        the run computes no quality signals.
+    spammer_threshold : float
+        ``quality.spammer_threshold``.
     """
 
     model: Model
     result: FitResult
     prepared: Prepared
     summary: dict[str, Any]
+    quality: Stats | None = None
+    spammer_threshold: float = 0.0
 
     @property
     def encoding(self) -> Encoding:
@@ -287,16 +312,30 @@ class Fitted:
     def params(self) -> Any:
         return self.result.params
 
+    @property
+    def item_extras(self) -> dict[str, str]:
+        """The item table's columns beyond ``item``, ``label``, ``confidence`` and ``posterior``, with their
+        Spark SQL types: the model's extras, then the quality columns when the run computes them."""
+        return {**self.model.item_extras, **(ITEM_COLUMNS if self.quality is not None else {})}
+
     def items(self):
         """The item table: a pandas DataFrame from the local engine, a lazy Spark DataFrame from the Spark
         engine (valid until :meth:`close`)."""
-        to_batch = partial(_item_batch, classes=self.encoding.classes, extras=dict(self.model.item_extras))
-        return self.prepared.engine.items(partial(finish_fn, self.model), self.params, to_batch,
-                                          item_schema(dict(self.model.item_extras)))
+        extras = self.item_extras
+        to_batch = partial(_item_batch, classes=self.encoding.classes, extras=extras)
+        fn = partial(finish_fn, self.model)
+        if self.quality is not None:
+            table = self.model.worker_table(self.params, self.result.init_stats)
+            confusion, _ = worker_confusions(table, self.encoding.n_classes)
+            fn = partial(_finish_with_quality, self.model, average_confusion(confusion, table["n_labels"]))
+        return self.prepared.engine.items(fn, self.params, to_batch, item_schema(extras))
 
     def workers(self) -> pd.DataFrame:
         """The worker table (size K: it lives on the driver)."""
-        return worker_frame(self.encoding.workers, self.model.worker_table(self.params, self.result.init_stats))
+        table = self.model.worker_table(self.params, self.result.init_stats)
+        if self.quality is not None:
+            table = {**table, **worker_quality(self.quality, self.spammer_threshold)}
+        return worker_frame(self.encoding.workers, table)
 
     def saved_model(self, algorithm: str) -> SavedModel:
         """The fitted model in the one saved-model format."""
@@ -305,6 +344,11 @@ class Fitted:
 
     def close(self) -> None:
         self.prepared.engine.close()
+
+
+def _finish_with_quality(model: Model, confusion: np.ndarray, block: Block, state: State,
+                         params: Any) -> ItemResult:
+    return with_item_quality(model.finish_block(block, state, params), block, confusion)
 
 
 def _item_batch(block: Block, result, classes: tuple[str, ...], extras: dict[str, str]):
@@ -336,7 +380,9 @@ def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | No
             model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, prepared.engine, None,
                                                       checkpoint)
         prepared.timer.lap("fit")
-        metrics = evaluate(model, prepared.engine, result.params) if prepared.has_gold else None
+        bins = config.quality.calibration_bins if quality_on(config) else 0
+        stats = evaluate_stats(model, prepared.engine, result.params, bins) if prepared.has_gold or bins else None
+        metrics = metrics_from_stats(stats) if prepared.has_gold else None
         prepared.timer.lap("evaluate")
     except BaseException:
         prepared.engine.close()
@@ -359,5 +405,10 @@ def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | No
         summary["level_selection"] = selection
     if metrics is not None:
         summary["metrics"] = metrics
+    quality = stats if bins else None
+    if quality is not None:
+        workers = worker_quality(quality, config.quality.spammer_threshold)
+        summary["quality"] = quality_summary(quality, workers, enc.classes, config, prepared.has_gold)
     summary["timings"] = prepared.timer.timings
-    return Fitted(model=model, result=result, prepared=prepared, summary=summary)
+    return Fitted(model=model, result=result, prepared=prepared, summary=summary, quality=quality,
+                  spammer_threshold=config.quality.spammer_threshold)

@@ -1,5 +1,5 @@
-"""The last step of a run: its result directory (``items/``, ``workers/``, ``_model/``, ``summary.json``), staged
-and committed atomically (:class:`crowdspark.io.sink.StagedOutput`), whichever engine produced the tables."""
+"""The last step of a run: its result directory (``items/``, ``workers/``, ``relabel/``, ``_model/``,
+``summary.json``), staged and committed atomically (:class:`crowdspark.io.sink.StagedOutput`), whichever engine produced the tables."""
 
 from __future__ import annotations
 
@@ -14,8 +14,17 @@ from crowdspark.io.saved_model import MODEL_FOLDER, model_files
 from crowdspark.io.sink import StagedOutput
 from crowdspark.io.tables import write_table
 from crowdspark.pipeline.fit import Fitted
+from crowdspark.pipeline.quality import RELABEL_SCHEMA, relabel_queue
 
 __all__ = ["write_result"]
+
+
+def _written_items(items: Any, directory: str, fmt: str) -> Any:
+    """The item table ``relabel/`` is cut from: a Spark table's written Parquet files (reading five columns
+    costs less than computing every item again), else ``items`` itself."""
+    if fmt == "parquet" and hasattr(items, "sparkSession"):
+        return items.sparkSession.read.parquet(directory)
+    return items
 
 
 def write_result(fitted: Fitted, items: Any, workers: pd.DataFrame, destination: str, config: RunConfig,
@@ -32,8 +41,11 @@ def write_result(fitted: Fitted, items: Any, workers: pd.DataFrame, destination:
     start = time.perf_counter()
     fmt = config.output.format
     with StagedOutput(destination, spark) as out:
-        write_table(items, out.path("items"), fmt, spark, dict(fitted.model.item_extras))
+        write_table(items, out.path("items"), fmt, spark, fitted.item_extras)
         write_table(workers, out.path("workers"), fmt, spark)
+        if fitted.quality is not None:
+            queue = relabel_queue(_written_items(items, out.path("items"), fmt), config.relabel.budget)
+            write_table(queue, out.path("relabel"), fmt, spark, schema=RELABEL_SCHEMA)
         for name, data in model_files(fitted.saved_model(config.algorithm)).items():
             out.write_bytes(f"{MODEL_FOLDER}/{name}", data)
         if extra is not None:

@@ -1,0 +1,152 @@
+"""A run's quality signals (docs/quality.md): the statistics pass over the blocks, the worker columns, the
+``quality`` section of ``summary.json`` and the relabel queue, the same for every engine and face.
+
+The maths is :mod:`crowdspark.quality`'s; this module decides which worker matrices it reads and how the
+results are laid out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from crowdspark.block import Block
+from crowdspark.config import RunConfig
+from crowdspark.models.base import ItemResult
+from crowdspark.quality import (
+    ITEM_COLUMNS,
+    agreement_stats,
+    alpha_from_stats,
+    calibration_from_stats,
+    calibration_stats,
+    class_agreement_from_stats,
+    item_quality,
+    spammer_score,
+    symmetric_confusion,
+)
+from crowdspark.stats import Stats
+
+__all__ = [
+    "RELABEL_COLUMNS",
+    "RELABEL_SCHEMA",
+    "quality_on",
+    "quality_block_stats",
+    "worker_confusions",
+    "worker_quality",
+    "quality_summary",
+    "with_item_quality",
+    "relabel_queue",
+]
+
+#: the columns of ``relabel/``, in order
+RELABEL_COLUMNS = ("rank", "item", "label", "confidence", "n_labels", "relabel_gain")
+#: the Spark schema (DDL) of ``relabel/``
+RELABEL_SCHEMA = "rank long, item string, label string, confidence double, n_labels long, relabel_gain double"
+
+
+def quality_on(config: RunConfig) -> bool:
+    """Whether the run computes its quality signals: ``quality.enabled``, and not an incremental night (whose
+    tables merge carried items written without them; docs/decisions.md, "Quality statistics")."""
+    return config.quality.enabled and config.incremental.mode == "off"
+
+
+def quality_block_stats(block: Block, result: ItemResult, n_workers: int, n_bins: int) -> Stats:
+    """The quality statistics of one block from its final results: agreement (:func:`agreement_stats`) and the
+    reliability table over its held-out gold (:func:`calibration_stats`)."""
+    n_classes = result.posterior.shape[1]
+    return {**agreement_stats(block, result.label, n_workers, n_classes),
+            **calibration_stats(block, result.posterior, result.label, n_bins)}
+
+
+def worker_confusions(table: dict[str, np.ndarray], n_classes: int) -> tuple[np.ndarray, str]:
+    """Each worker's confusion matrix (K, C, C) and where it comes from: the model's ``confusion`` when its
+    worker table has one, else the one-coin matrix of its ``accuracy`` (:func:`symmetric_confusion`)."""
+    if "confusion" in table:
+        return np.asarray(table["confusion"], dtype=np.float64), "confusion"
+    return symmetric_confusion(table["accuracy"], n_classes), "accuracy"
+
+
+def worker_quality(stats: Stats, threshold: float) -> dict[str, np.ndarray]:
+    """The ``workers/`` quality columns, each of length K.
+
+    Returns
+    -------
+    dict
+        ``agreement`` (share of the worker's labels equal to its item's inferred class), ``spammer_score``
+        (:func:`crowdspark.quality.spammer_score`, NaN without enough labels) and ``spammer`` (score below
+        ``threshold``).
+    """
+    counts = np.asarray(stats["worker_confusion"])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        agreement = np.trace(counts, axis1=1, axis2=2) / counts.sum(axis=(1, 2))
+    score = spammer_score(counts)
+    return {"agreement": agreement, "spammer_score": score, "spammer": np.nan_to_num(score, nan=1.0) < threshold}
+
+
+def _mean(values: np.ndarray, weights: np.ndarray) -> float | None:
+    total = float(weights.sum())
+    return float((values * weights).sum() / total) if total else None
+
+
+def quality_summary(stats: Stats, workers: dict[str, np.ndarray], classes: tuple[str, ...], config: RunConfig,
+                    has_gold: bool) -> dict[str, Any]:
+    """``summary.json``'s ``quality`` section (docs/quality.md, "summary.json")."""
+    agreement = class_agreement_from_stats(stats)
+    labels = np.asarray(stats["worker_confusion"], dtype=np.float64).sum(axis=(1, 2))
+    scored = np.isfinite(workers["spammer_score"])
+    flagged = np.asarray(workers["spammer"], dtype=bool)
+    out: dict[str, Any] = {
+        "krippendorff_alpha": alpha_from_stats(stats),
+        "class_agreement": {c: (float(a) if np.isfinite(a) else None) for c, a in zip(classes, agreement)},
+        "paired_labels": int(np.asarray(stats["alpha_class_labels"]).sum()),
+        "workers": {
+            "spammer_threshold": config.quality.spammer_threshold,
+            "scored": int(scored.sum()),
+            "spammers": int(flagged.sum()),
+            "spammer_labels": int(labels[flagged].sum()),
+            "mean_agreement": _mean(np.nan_to_num(workers["agreement"]), labels),
+            "mean_spammer_score": _mean(np.nan_to_num(workers["spammer_score"]), np.where(scored, labels, 0)),
+        },
+        "relabel": {"budget": config.relabel.budget, "order": ["relabel_gain desc", "confidence asc", "item asc"]},
+    }
+    if has_gold:
+        out["calibration"] = calibration_from_stats(stats)
+    return out
+
+
+def with_item_quality(result: ItemResult, block: Block, confusion: np.ndarray) -> ItemResult:
+    """``result`` with the per-item quality columns (:data:`crowdspark.quality.ITEM_COLUMNS`) in its extras."""
+    extra = {**result.extra, **item_quality(block, result.posterior, result.label, confusion)}
+    return ItemResult(result.posterior, result.label, extra)
+
+
+def relabel_queue(items: Any, budget: int) -> Any:
+    """The relabel queue of an item table (pandas or Spark): the ``budget`` items (0: all) with the largest
+    ``relabel_gain``, ties by lowest ``confidence`` then item id, numbered from 1 in ``rank``
+    (:data:`RELABEL_COLUMNS`)."""
+    columns = list(RELABEL_COLUMNS[1:])
+    if hasattr(items, "sparkSession"):
+        return _spark_queue(items.select(*columns), budget)
+    queue = items[columns].sort_values(["relabel_gain", "confidence", "item"], ascending=[False, True, True],
+                                       kind="mergesort")
+    if budget:
+        queue = queue.head(budget)
+    queue = queue.reset_index(drop=True)
+    queue.insert(0, "rank", np.arange(1, len(queue) + 1, dtype=np.int64))
+    return queue
+
+
+def _spark_queue(items: Any, budget: int) -> Any:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    order = [F.col("relabel_gain").desc(), F.col("confidence").asc(), F.col("item").asc()]
+    ranked = items.orderBy(*order)
+    if budget:
+        # a sort followed by a limit is one sorted partition of at most ``budget`` rows: number them in place
+        rank = F.monotonically_increasing_id() + 1
+        ranked = ranked.limit(budget).coalesce(1)
+    else:
+        rank = F.row_number().over(Window.orderBy(*order))
+    return ranked.withColumn("rank", rank.cast("long")).select("rank", *RELABEL_COLUMNS[1:])

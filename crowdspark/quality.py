@@ -1,0 +1,271 @@
+"""Quality signals of a run as additive statistics: agreement, uncertainty, worker quality, calibration and the
+gain of one more label (docs/quality.md).
+
+Every function here is pure numpy over one block of items and its final results; the sums of the statistics
+over blocks give the run's figures, so both engines compute them the same way and no item-level data reaches
+the driver.
+
+Notation: ``n`` items in the block, ``m`` labels, ``K`` workers, ``C`` classes, ``B`` calibration bins;
+``n_ic`` is the number of labels of class c on item i, ``m_i = sum_c n_ic``.
+
+* Krippendorff's alpha (nominal): over the items with ``m_i >= 2``, the observed disagreement
+  ``D_o = sum_i (m_i^2 - sum_c n_ic^2) / (m_i - 1) / N`` and the expected one
+  ``D_e = (N^2 - sum_c N_c^2) / (N (N - 1))``, with ``N_c = sum_i n_ic`` and ``N = sum_c N_c``;
+  ``alpha = 1 - D_o / D_e`` (1 when every such label is of one class, as nltk and crowd-kit).
+* Per-class agreement: the share of pairs of labels of one item, the first of class c, whose second is
+  also c: ``sum_i n_ic (n_ic - 1) / (m_i - 1) / N_c`` (the diagonal of Krippendorff's coincidence matrix over
+  its row sum).
+* Vote entropy (nats): the entropy of an item's label shares ``n_ic / m_i``; posterior entropy (nats): the
+  entropy of its posterior.
+* Spammer score (Raykar & Yu 2012): ``S_k = sum_{c < c'} ||pi_kc - pi_kc'||^2 / (C (C - 1))`` of worker k's
+  confusion matrix ``pi_k`` (rows: true class): 0 when every row is the same (the labels do not depend on
+  the true class: a spammer), 1 for a perfect (or perfectly permuted) worker.  Estimated from the worker's
+  labels against the inferred classes, without the bias of few labels (:func:`spammer_score`).
+* Expected error reduction of one more label, from a worker of the run's average confusion ``pi`` (C, C):
+  ``sum_y max_c p_c pi_cy - max_c p_c`` for an item whose posterior is ``p``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from crowdspark.block import Block
+from crowdspark.stats import Stats
+
+__all__ = [
+    "ITEM_COLUMNS",
+    "class_counts",
+    "entropy",
+    "item_quality",
+    "agreement_stats",
+    "calibration_stats",
+    "alpha_from_stats",
+    "class_agreement_from_stats",
+    "calibration_from_stats",
+    "spammer_score",
+    "symmetric_confusion",
+    "average_confusion",
+    "expected_error_reduction",
+]
+
+#: the ``items/`` columns :func:`item_quality` adds, with their Spark SQL types
+ITEM_COLUMNS = {
+    "n_labels": "long",
+    "vote_entropy": "double",
+    "agreement": "double",
+    "posterior_entropy": "double",
+    "relabel_gain": "double",
+}
+
+
+def class_counts(block: Block, n_classes: int) -> np.ndarray:
+    """``n_ic``: the number of labels of each class on each item, int64 (n, C)."""
+    flat = block.item_of_label.astype(np.int64) * n_classes + block.label
+    return np.bincount(flat, minlength=block.n_items * n_classes).reshape(block.n_items, n_classes)
+
+
+def entropy(shares: np.ndarray) -> np.ndarray:
+    """Entropy in nats of each row of ``shares`` (n, C) whose rows sum to 1, shape (n,)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(shares > 0, shares * np.log(np.where(shares > 0, shares, 1.0)), 0.0)
+    return 0.0 - terms.sum(axis=1)  # 0.0, not -0.0, for a certain row
+
+
+def item_quality(block: Block, posterior: np.ndarray, label: np.ndarray, confusion: np.ndarray) -> dict[str, Any]:
+    """The per-item quality columns (:data:`ITEM_COLUMNS`) of one block.
+
+    Parameters
+    ----------
+    posterior : ndarray of float64, shape (n, C)
+    label : ndarray of int, shape (n,)
+        The inferred class of each item.
+    confusion : ndarray of float64, shape (C, C)
+        The confusion of the worker one more label would come from (:func:`average_confusion`).
+
+    Returns
+    -------
+    dict of str to ndarray, each of shape (n,)
+    """
+    n_classes = posterior.shape[1]
+    counts = class_counts(block, n_classes)
+    m = counts.sum(axis=1)
+    shares = counts / np.maximum(m, 1)[:, None]
+    return {
+        "n_labels": m.astype(np.int64),
+        "vote_entropy": entropy(shares),
+        "agreement": shares[np.arange(block.n_items), label],
+        "posterior_entropy": entropy(posterior),
+        "relabel_gain": expected_error_reduction(posterior, confusion),
+    }
+
+
+def agreement_stats(block: Block, label: np.ndarray, n_workers: int, n_classes: int) -> Stats:
+    """Sums for Krippendorff's alpha, the per-class agreement and each worker's agreement with the aggregate.
+
+    Parameters
+    ----------
+    label : ndarray of int, shape (n,)
+        The inferred class of each item.
+
+    Returns
+    -------
+    dict
+        ``alpha_disagreement`` (0-d), ``alpha_class_labels`` (C,) (``N_c`` over items with two labels or more),
+        ``alpha_class_pairs`` (C,) (``sum_i n_ic (n_ic - 1) / (m_i - 1)``) and ``worker_confusion``
+        (K, C, C): labels of each worker by its item's inferred class (row) and the label given (column).
+    """
+    counts = class_counts(block, n_classes).astype(np.float64)
+    m = counts.sum(axis=1)
+    paired = m >= 2
+    counts, m = counts[paired], m[paired]
+    inferred = np.asarray(label, dtype=np.int64)[block.item_of_label]
+    flat = (block.worker.astype(np.int64) * n_classes + inferred) * n_classes + block.label
+    return {
+        "alpha_disagreement": np.array(float(((m * m - (counts * counts).sum(axis=1)) / (m - 1)).sum())),
+        "alpha_class_labels": counts.sum(axis=0),
+        "alpha_class_pairs": (counts * (counts - 1) / (m - 1)[:, None]).sum(axis=0),
+        "worker_confusion": np.bincount(flat, minlength=n_workers * n_classes * n_classes).reshape(
+            n_workers, n_classes, n_classes),
+    }
+
+
+def calibration_stats(block: Block, posterior: np.ndarray, label: np.ndarray, n_bins: int) -> Stats:
+    """Sums of the reliability table over the block's held-out gold items (``Block.truth``).
+
+    The bin of an item is ``floor(confidence * B)`` (confidence 1 in the last bin).
+
+    Returns
+    -------
+    dict
+        ``calibration_n`` (B,) items, ``calibration_confidence`` (B,) summed confidence, ``calibration_correct``
+        (B,) items whose inferred class is the gold one.
+    """
+    has = block.truth >= 0
+    label = np.asarray(label)[has]
+    confidence = posterior[has][np.arange(label.shape[0]), label]
+    bins = np.minimum((confidence * n_bins).astype(np.int64), n_bins - 1)
+    correct = (label == block.truth[has]).astype(np.float64)
+    return {
+        "calibration_n": np.bincount(bins, minlength=n_bins).astype(np.int64),
+        "calibration_confidence": np.bincount(bins, weights=confidence, minlength=n_bins),
+        "calibration_correct": np.bincount(bins, weights=correct, minlength=n_bins),
+    }
+
+
+def alpha_from_stats(stats: Stats) -> float | None:
+    """Krippendorff's alpha (nominal) from summed :func:`agreement_stats`; ``None`` without an item of two
+    labels."""
+    n_c = np.asarray(stats["alpha_class_labels"], dtype=np.float64)
+    n = float(n_c.sum())
+    if n == 0:
+        return None
+    if np.count_nonzero(n_c) <= 1:
+        return 1.0
+    observed = float(stats["alpha_disagreement"]) / n
+    expected = (n * n - float((n_c * n_c).sum())) / (n * (n - 1))
+    return 1.0 - observed / expected
+
+
+def class_agreement_from_stats(stats: Stats) -> np.ndarray:
+    """Per-class agreement (C,) from summed :func:`agreement_stats`; NaN for a class no paired label has."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(stats["alpha_class_pairs"]) / np.asarray(stats["alpha_class_labels"])
+
+
+def calibration_from_stats(stats: Stats) -> dict[str, Any]:
+    """The expected calibration error and the reliability table from summed :func:`calibration_stats`.
+
+    Returns
+    -------
+    dict
+        ``n_gold``; ``ece`` = ``sum_b n_b / N |accuracy_b - confidence_b|`` (``None`` without gold);
+        ``bins``: one row per bin (``low``, ``high``, ``items``, ``mean_confidence``, ``accuracy``; the last two
+        ``None`` for an empty bin).
+    """
+    count = np.asarray(stats["calibration_n"], dtype=np.float64)
+    n_bins, total = count.shape[0], float(count.sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        confidence = np.asarray(stats["calibration_confidence"]) / count
+        accuracy = np.asarray(stats["calibration_correct"]) / count
+    gap = np.where(count > 0, np.abs(accuracy - confidence), 0.0)
+    rows = [{"low": b / n_bins, "high": (b + 1) / n_bins, "items": int(count[b]),
+             "mean_confidence": float(confidence[b]) if count[b] else None,
+             "accuracy": float(accuracy[b]) if count[b] else None} for b in range(n_bins)]
+    return {"n_gold": int(total), "ece": float((count * gap).sum() / total) if total else None, "bins": rows}
+
+
+def spammer_score(counts: np.ndarray) -> np.ndarray:
+    """Raykar & Yu's spammer score of each worker, from its labels against the inferred classes, with the
+    finite-sample bias removed.
+
+    Row c of ``counts[k]`` is worker k's labels on items inferred to be of class c; its shares ``r_c`` estimate
+    the row of the worker's confusion matrix.  ``||r_c - r_c'||^2`` is estimated without bias by
+    ``U_c + U_c' - 2 r_c . r_c'``, with ``U_c = (n_c sum_y r_cy^2 - 1) / (n_c - 1)`` the unbiased estimate of
+    ``sum_y r_cy^2`` from the row's ``n_c`` labels; the score is the mean of these over the pairs of rows with
+    two labels or more each, halved (a perfect worker: 1; a worker whose labels ignore the class: 0 in
+    expectation, so a spammer with few labels does not look better than it is).
+
+    Parameters
+    ----------
+    counts : ndarray, shape (K, C, C)
+        ``counts[k, c, y]``: labels ``y`` of worker k on items inferred to be of class c.
+
+    Returns
+    -------
+    ndarray of float64, shape (K,)
+        NaN for a worker without two rows of two labels or more.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    n = counts.sum(axis=2)
+    enough = n >= 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shares = counts / n[:, :, None]
+        square = np.where(enough, (n * (shares * shares).sum(axis=2) - 1) / (n - 1), 0.0)
+    shares = np.where(enough[:, :, None], shares, 0.0)
+    cross = np.einsum("kcy,kdy->kcd", shares, shares)
+    distance = square[:, :, None] + square[:, None, :] - 2 * cross
+    n_classes = counts.shape[1]
+    pairs = enough[:, :, None] & enough[:, None, :] & ~np.eye(n_classes, dtype=bool)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (distance * pairs).sum(axis=(1, 2)) / pairs.sum(axis=(1, 2)) / 2
+
+
+def symmetric_confusion(accuracy: np.ndarray, n_classes: int) -> np.ndarray:
+    """The confusion matrices (K, C, C) of one-coin workers: ``accuracy`` (K,) on the diagonal, the rest of each
+    row spread evenly over the other classes."""
+    accuracy = np.asarray(accuracy, dtype=np.float64)
+    off = (1.0 - accuracy) / max(n_classes - 1, 1)
+    eye = np.eye(n_classes)
+    return accuracy[:, None, None] * eye + off[:, None, None] * (1.0 - eye)
+
+
+def average_confusion(confusion: np.ndarray, n_labels: np.ndarray) -> np.ndarray:
+    """The label-weighted average (C, C) of the workers' confusion matrices (K, C, C); uniform rows when no
+    worker has a label."""
+    weights = np.asarray(n_labels, dtype=np.float64)
+    if weights.sum() <= 0:
+        n_classes = confusion.shape[1]
+        return np.full((n_classes, n_classes), 1.0 / n_classes)
+    return np.einsum("k,kcy->cy", weights / weights.sum(), confusion)
+
+
+def expected_error_reduction(posterior: np.ndarray, confusion: np.ndarray) -> np.ndarray:
+    """How much one more label is expected to lower the chance that an item's inferred class is wrong.
+
+    Parameters
+    ----------
+    posterior : ndarray of float64, shape (n, C)
+    confusion : ndarray of float64, shape (C, C)
+        ``P(label y | true class c)`` of the worker who gives the label.
+
+    Returns
+    -------
+    ndarray of float64, shape (n,)
+        ``sum_y max_c p_c pi_cy - max_c p_c`` (>= 0; exactly 0 when no label can change the class).
+    """
+    joint = posterior[:, :, None] * confusion[None, :, :]
+    best = posterior.argmax(axis=1)
+    # sum_y joint[best, y] = max_c p_c: written per y, the gain is exactly 0 when no label changes the class
+    return (joint.max(axis=1) - joint[np.arange(posterior.shape[0]), best]).sum(axis=1)

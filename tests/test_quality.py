@@ -1,0 +1,284 @@
+"""Quality signals: agreement, uncertainty, worker quality, calibration and the relabel queue (docs/quality.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crowdspark.block import build_blocks
+from crowdspark.config import load_config
+from crowdspark.errors import ConfigError
+from crowdspark.models.registry import algorithm_names
+from crowdspark.pipeline import aggregate, aggregate_frames
+from crowdspark.pipeline.quality import RELABEL_COLUMNS, relabel_queue
+from crowdspark.quality import (
+    ITEM_COLUMNS,
+    agreement_stats,
+    alpha_from_stats,
+    calibration_from_stats,
+    calibration_stats,
+    expected_error_reduction,
+    spammer_score,
+)
+from crowdspark.stats import sum_stats
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+DATASETS = sorted(p.name for p in DATA.iterdir() if (p / "labels.csv").exists() and (p / "truth.csv").exists())
+
+
+def _config(*overrides: str, algorithm: str = "mv"):
+    return load_config(overrides=[f"algorithm={algorithm}", "engine.name=local", *overrides])
+
+
+def _labels(name: str) -> pd.DataFrame:
+    return pd.read_csv(DATA / name / "labels.csv", dtype=str)
+
+
+def test_every_bundled_dataset_is_tested():
+    assert len(DATASETS) == 12
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_alpha_equals_crowdkit_on_every_bundled_dataset(name):
+    from crowdkit.metrics.data import alpha_krippendorff
+
+    labels = _labels(name)
+    run = aggregate_frames(_config(), labels)
+    expected = alpha_krippendorff(labels.rename(columns={"item": "task"}))
+    assert run.summary["quality"]["krippendorff_alpha"] == pytest.approx(expected, abs=1e-9)
+
+
+def _hand_blocks(max_labels: int):
+    # item a: x x y; item b: y y; item c: x (one label: no pair); worker 0..2
+    items = np.array(["a", "a", "a", "b", "b", "c"], dtype=object)
+    worker = np.array([0, 1, 2, 0, 1, 2])
+    label = np.array([0, 0, 1, 1, 1, 0])
+    return build_blocks(items, worker, label, max_labels=max_labels)
+
+
+def test_agreement_statistics_by_hand_and_additive_across_blocks():
+    inferred = {"a": 0, "b": 1, "c": 0}
+
+    def summed(max_labels: int):
+        return sum_stats(agreement_stats(b, np.array([inferred[i] for i in b.item_ids]), 3, 2)
+                         for b in _hand_blocks(max_labels))
+
+    whole, split = summed(100), summed(2)
+    assert len(_hand_blocks(2)) == 3
+    for key in whole:
+        np.testing.assert_allclose(whole[key], split[key])
+    # paired labels: a (x, x, y) and b (y, y): N_x = 2, N_y = 3, N = 5; D_o = ((9 - 5) / 2 + 0) / 5 = 0.4;
+    # D_e = (25 - 13) / 20 = 0.6; alpha = 1 - 0.4 / 0.6
+    assert alpha_from_stats(whole) == pytest.approx(1 - 0.4 / 0.6)
+    np.testing.assert_allclose(whole["alpha_class_pairs"] / whole["alpha_class_labels"], [1 / 2, 2 / 3])
+    # worker 2 labelled a with y (inferred x) and c with x (inferred x)
+    np.testing.assert_array_equal(whole["worker_confusion"][2], [[1, 1], [0, 0]])
+
+
+def test_alpha_is_none_without_pairs_and_one_with_one_class():
+    blocks = build_blocks(np.array(["a", "b"], dtype=object), np.array([0, 1]), np.array([0, 1]))
+    assert alpha_from_stats(agreement_stats(blocks[0], np.array([0, 1]), 2, 2)) is None
+    blocks = build_blocks(np.array(["a", "a"], dtype=object), np.array([0, 1]), np.array([1, 1]))
+    assert alpha_from_stats(agreement_stats(blocks[0], np.array([1]), 2, 2)) == 1.0
+
+
+def test_calibration_by_hand():
+    truth = np.array([0, 1, 1, -1])
+    block = build_blocks(np.array(["a", "b", "c", "d"], dtype=object), np.zeros(4, int), np.zeros(4, int),
+                         truth=truth)[0]
+    posterior = np.array([[0.95, 0.05], [0.9, 0.1], [0.35, 0.65], [0.5, 0.5]])
+    label = posterior.argmax(axis=1)
+    table = calibration_from_stats(calibration_stats(block, posterior, label, 10))
+    assert table["n_gold"] == 3
+    # bin 9: confidence 0.95 and 0.9, one right; bin 6: confidence 0.65, right
+    assert table["bins"][9] == {"low": 0.9, "high": 1.0, "items": 2, "mean_confidence": pytest.approx(0.925),
+                                "accuracy": 0.5}
+    assert table["bins"][6]["accuracy"] == 1.0 and table["bins"][0]["items"] == 0
+    assert table["ece"] == pytest.approx((2 * 0.425 + 0.35) / 3)
+
+
+def test_expected_error_reduction_is_the_bayes_update_of_one_label():
+    rng = np.random.default_rng(0)
+    posterior = rng.dirichlet(np.ones(3), size=20)
+    confusion = rng.dirichlet(np.ones(3) * 2, size=3) + np.eye(3)
+    confusion /= confusion.sum(axis=1, keepdims=True)
+    expected = []
+    for p in posterior:
+        after = 0.0
+        for y in range(3):
+            joint = p * confusion[:, y]
+            after += joint.sum() * (1 - joint.max() / joint.sum())
+        expected.append((1 - p.max()) - after)
+    np.testing.assert_allclose(expected_error_reduction(posterior, confusion), np.maximum(expected, 0), atol=1e-12)
+    certain = np.array([[1.0, 0.0, 0.0]])
+    assert expected_error_reduction(certain, confusion)[0] == 0.0
+
+
+def test_spammer_score_perfect_worker_one_and_uniform_spammer_near_zero():
+    perfect = np.array([[[30, 0], [0, 30]]])
+    assert spammer_score(perfect)[0] == pytest.approx(1.0)
+    rng = np.random.default_rng(1)
+    # a spammer's rows are draws from the same distribution: the score is unbiased around 0
+    rows = rng.multinomial(15, [1 / 3] * 3, size=(4000, 3))
+    assert abs(spammer_score(rows).mean()) < 0.01
+    assert np.isnan(spammer_score(np.array([[[5, 0], [1, 0]]]))[0])  # one row of two labels or more
+
+
+def _planted_spammers(seed: int, n_items: int = 800, n_good: int = 50, n_spam: int = 10, per_item: int = 5,
+                      n_classes: int = 3) -> tuple[pd.DataFrame, set[str]]:
+    """Items with ``per_item`` labels from distinct workers; good workers right with probability U(0.7, 0.95),
+    spammers answer uniformly at random."""
+    rng = np.random.default_rng(seed)
+    n_workers = n_good + n_spam
+    truth = rng.integers(0, n_classes, n_items)
+    accuracy = rng.uniform(0.7, 0.95, n_good)
+    rows = []
+    for i in range(n_items):
+        for k in rng.choice(n_workers, per_item, replace=False):
+            if k >= n_good:
+                y = rng.integers(0, n_classes)
+            elif rng.random() < accuracy[k]:
+                y = truth[i]
+            else:
+                y = (truth[i] + rng.integers(1, n_classes)) % n_classes
+            rows.append((f"i{i}", f"w{k}", str(y)))
+    return pd.DataFrame(rows, columns=["item", "worker", "label"]), {f"w{k}" for k in range(n_good, n_workers)}
+
+
+@pytest.mark.parametrize("algorithm", ["ds", "mv", "wawa"])
+def test_planted_spammers_are_flagged_with_precision_and_recall_090(algorithm):
+    flagged_right = flagged = planted = 0
+    for seed in range(4):
+        labels, spammers = _planted_spammers(seed)
+        assert labels.worker.value_counts().min() >= 20
+        workers = aggregate_frames(_config(algorithm=algorithm), labels).workers.set_index("worker")
+        found = set(workers.index[workers["spammer"]])
+        flagged_right += len(found & spammers)
+        flagged += len(found)
+        planted += len(spammers)
+    assert flagged_right / flagged >= 0.9
+    assert flagged_right / planted >= 0.9
+
+
+def test_run_outputs_quality_columns_summary_and_relabel_queue(tmp_path):
+    out = tmp_path / "out"
+    config = _config("relabel.budget=7", algorithm="ds")
+    aggregate(config, str(DATA / "rte" / "labels.csv"), str(out), str(DATA / "rte" / "truth.csv"))
+    items = pd.read_parquet(out / "items")
+    workers = pd.read_parquet(out / "workers")
+    relabel = pd.read_parquet(out / "relabel")
+    summary = json.loads((out / "summary.json").read_text())["quality"]
+    assert set(ITEM_COLUMNS) <= set(items.columns)
+    assert {"agreement", "spammer_score", "spammer"} <= set(workers.columns)
+    assert list(relabel.columns) == list(RELABEL_COLUMNS) and len(relabel) == 7
+    assert relabel["rank"].tolist() == list(range(1, 8))
+    top = items.sort_values(["relabel_gain", "confidence", "item"], ascending=[False, True, True]).head(7)
+    assert relabel["item"].tolist() == top["item"].tolist()
+    assert (items["n_labels"] == 10).all()
+    assert np.all(items["posterior_entropy"] >= 0) and np.all(items["vote_entropy"] <= np.log(2) + 1e-12)
+    assert summary["workers"]["spammers"] == int(workers["spammer"].sum())
+    assert summary["calibration"]["n_gold"] == 800
+    assert summary["relabel"]["budget"] == 7
+
+
+def test_quality_switched_off_leaves_the_outputs_as_before(tmp_path):
+    out = tmp_path / "out"
+    aggregate(_config("quality.enabled=false"), str(DATA / "temp" / "labels.csv"), str(out))
+    assert not (out / "relabel").exists()
+    assert "quality" not in json.loads((out / "summary.json").read_text())
+    assert not set(ITEM_COLUMNS) & set(pd.read_parquet(out / "items").columns)
+    assert "spammer" not in pd.read_parquet(out / "workers").columns
+
+
+@pytest.mark.parametrize("override, message", [
+    ("quality.spammer_threshold=2", r"quality.spammer_threshold must be .*1.*, but got 2"),
+    ("relabel.budget=-1", r"relabel.budget must be .*0.*, but got -1"),
+    ("quality.calibration_bins=0", r"quality.calibration_bins must be .*1.*, but got 0"),
+])
+def test_bad_quality_settings_are_named(override, message):
+    with pytest.raises(ConfigError, match=message):
+        _config(override)
+
+
+def test_pandas_api_exposes_the_same_numbers():
+    from crowdspark.api import DawidSkene
+
+    labels = _labels("temp").rename(columns={"item": "task"})
+    model = DawidSkene().fit(labels)
+    run = aggregate_frames(_config(algorithm="ds"), _labels("temp"))
+    assert model.quality_ == run.summary["quality"]
+    assert len(model.relabel_) == len(run.items)
+    assert list(model.relabel_.columns) == ["rank", "task", *RELABEL_COLUMNS[2:]]
+    np.testing.assert_allclose(model.workers_["spammer_score"].to_numpy(), run.workers["spammer_score"].to_numpy())
+
+
+def _read_dir(path: Path) -> pd.DataFrame:
+    key = "worker" if path.name == "workers" else "item"
+    return pd.read_parquet(path).sort_values(key).reset_index(drop=True)
+
+
+@pytest.mark.spark
+def test_local_and_spark_engines_give_the_same_quality(spark, tmp_path):
+    labels, gold = str(DATA / "rte" / "labels.csv"), str(DATA / "rte" / "truth.csv")
+    base = ["relabel.budget=25", "spark.partitions=3", "engine.small_input_bytes=0", "engine.max_block_labels=900"]
+    outs = {}
+    for engine in ("local", "spark"):
+        outs[engine] = tmp_path / engine
+        config = load_config(overrides=base, algorithm="ds", engine_name=engine, seed=5)
+        aggregate(config, labels, str(outs[engine]), gold, spark=spark if engine == "spark" else None)
+    summaries = [json.loads((outs[e] / "summary.json").read_text())["quality"] for e in ("local", "spark")]
+    assert _close(summaries[0], summaries[1])
+    for table, columns in (("items", list(ITEM_COLUMNS)), ("workers", ["agreement", "spammer_score", "spammer"]),
+                           ("relabel", list(RELABEL_COLUMNS))):
+        local, distributed = (_read_dir(outs[e] / table)[columns] for e in ("local", "spark"))
+        pd.testing.assert_frame_equal(local, distributed, check_exact=False, rtol=1e-9, atol=1e-12)
+
+
+def _close(a, b) -> bool:
+    """JSON trees equal, numbers to 1e-9."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        return all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        assert len(a) == len(b)
+        return all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float):
+        assert b == pytest.approx(a, rel=1e-9, abs=1e-12)
+        return True
+    assert a == b
+    return True
+
+
+@pytest.mark.spark
+def test_ml_model_exposes_the_same_numbers(spark):
+    from crowdspark.ml import DawidSkeneAggregator
+
+    labels = _labels("temp")
+    model = DawidSkeneAggregator(seed=0).fit(spark.createDataFrame(labels))
+    try:
+        run = aggregate_frames(_config(algorithm="ds"), labels)
+        assert _close(model.summary["quality"], run.summary["quality"])
+        queue = model.relabel(10).toPandas()
+        pd.testing.assert_frame_equal(queue, relabel_queue(run.items, 10), check_exact=False, rtol=1e-9,
+                                      check_dtype=False)
+        workers = model.workers.toPandas().sort_values("worker").reset_index(drop=True)
+        expected = run.workers.sort_values("worker").reset_index(drop=True)
+        np.testing.assert_allclose(workers["spammer_score"], expected["spammer_score"], rtol=1e-9)
+    finally:
+        model.close()
+
+
+@pytest.mark.parametrize("algorithm", sorted(algorithm_names()))
+def test_every_algorithm_reports_quality_and_calibration(algorithm):
+    labels, gold = _labels("temp"), pd.read_csv(DATA / "temp" / "truth.csv", dtype=str)
+    run = aggregate_frames(_config("gold.fit_fraction=0.3", algorithm=algorithm), labels, gold)
+    quality = run.summary["quality"]
+    assert quality["calibration"]["n_gold"] == run.summary["metrics"]["n_gold"] > 0
+    assert sum(b["items"] for b in quality["calibration"]["bins"]) == quality["calibration"]["n_gold"]
+    assert 0 <= quality["calibration"]["ece"] <= 1
+    assert set(ITEM_COLUMNS) <= set(run.items.columns) and (run.items["relabel_gain"] >= 0).all()
+    assert len(run.workers) == run.summary["counts"]["workers"] and run.workers["spammer"].dtype == bool
