@@ -15,7 +15,6 @@ from crowdspark.block import Block
 from crowdspark.config import RunConfig
 from crowdspark.models.base import ItemResult
 from crowdspark.quality import (
-    ITEM_COLUMNS,
     agreement_stats,
     alpha_from_stats,
     calibration_from_stats,
