@@ -26,7 +26,7 @@ from crowdspark.io.pandas_reader import (
     prepare_gold,
     prepare_labels,
 )
-from crowdspark.io.rules import EmptyInputError, Encoding
+from crowdspark.io.rules import EmptyInputError, Encoding, too_many_labels_error
 from crowdspark.pipeline.summary import Timer
 from crowdspark.pipeline.window import Window
 
@@ -209,6 +209,42 @@ def _filtered(labels_raw, condition: str):
         raise ConfigError(f"input.filter {condition!r} is not a valid Spark SQL condition on the labels: {exc}") from exc
 
 
+def _labels_with_gold(labels, gold):
+    """The label rows, left-joined with gold's ``truth`` when there is gold."""
+    return labels if gold is None else labels.join(gold.frame, on="item", how="left")
+
+
+def _encoding(merged, config: RunConfig, source: str) -> Encoding:
+    """The run's encoding from the merged partition summaries, or the input error they show (the checks and
+    messages of :func:`crowdspark.io.spark_reader.prepare_labels_spark`, in the same order)."""
+    from crowdspark.io.rules import MAX_CLASSES, decide_classes, empty_labels_error, null_error
+
+    cfg = config.input
+    if merged.rows == 0:
+        raise empty_labels_error(source)
+    for role in ("item", "worker", "label"):
+        if merged.nulls[role]:
+            raise null_error("labels", source, getattr(cfg, role), merged.nulls[role])
+    if len(merged.labels) > MAX_CLASSES:
+        raise too_many_labels_error(source, cfg.label)
+    classes = decide_classes(merged.labels, cfg.classes, source, cfg.label)
+    return Encoding(tuple(merged.workers.to_pylist()), tuple(classes))
+
+
+def _gold_counts(merged, gold, classes: tuple[str, ...], config: RunConfig) -> tuple[dict[str, int], list[str]]:
+    """Gold's counts and warnings from the merged summaries; raises for gold classes of labelled items outside
+    ``classes``."""
+    from crowdspark.io.rules import gold_outside_error
+    from crowdspark.io.spark_reader import gold_unmatched_spark
+
+    outside = sorted(set(merged.classes_seen) - set(classes))
+    if outside:
+        raise gold_outside_error(gold.source, config.gold.truth, outside, list(classes))
+    without = gold.n_items - merged.gold_items
+    counts = {"gold_items_without_labels": without, "gold_repeated_rows": gold.repeated_rows}
+    return counts, _logged([gold_unmatched_spark(gold, without, merged.items, merged.first_item)])
+
+
 def prepare_spark(
     spark,
     config: RunConfig,
@@ -221,7 +257,8 @@ def prepare_spark(
     inject_task_failure: int = 0,
     window: Window | None = None,
 ) -> Prepared:
-    """Validate Spark DataFrames and cache their blocks in a Spark engine.
+    """Validate Spark DataFrames and cache their blocks in a Spark engine, in one pass over the labels
+    (:mod:`crowdspark.io.spark_blocks`).
 
     Parameters
     ----------
@@ -232,7 +269,8 @@ def prepare_spark(
     labels_source, gold_source : str
         Where the frames came from, for messages and the summary.
     timer : Timer, optional
-        Gets the phases ``validate`` and ``blocks``.
+        Gets the phases ``validate`` (gold's checks, and the labels' row count when the partitions are not
+        configured) and ``blocks`` (the pass).
     input_format : str, optional
         The format of the files ``labels_raw`` was read from (``None``: a DataFrame passed in); decides
         ``spark.cache_input = "auto"``.
@@ -242,14 +280,11 @@ def prepare_spark(
     window : Window, optional
         The days to read (``input.date_column``, ``input.window_days``); Spark prunes the others.
     """
+    from pyspark import StorageLevel
+
     from crowdspark.engine.spark import SparkEngine
-    from crowdspark.io.spark_reader import (
-        block_rdd,
-        gold_items_without_labels,
-        gold_unmatched_spark,
-        prepare_gold_spark,
-        prepare_labels_spark,
-    )
+    from crowdspark.io.spark_blocks import collect_summaries, merge_summaries, remapped_blocks, summarized_blocks
+    from crowdspark.io.spark_reader import canonical_spark_frame, prepare_gold_spark, spark_input_errors
 
     timer = timer or Timer()
     cache = _cache_input(config, input_format)
@@ -260,42 +295,55 @@ def prepare_spark(
         selected = window.filter_spark(selected, labels_source)
         days = window.day_counts_spark(selected, labels_source)
         selection.append(f"the window {window.describe()}")
-    log.info("reading and validating the labels at %s", labels_source)
-    labels = _selected(labels_source, selection,
-                       lambda: prepare_labels_spark(selected, config.input, labels_source, persist=cache))
-    log.info("%d labels, %d workers, %d classes", labels.n_rows, labels.encoding.n_workers,
-             labels.encoding.n_classes)
-    enc = labels.encoding
+    cfg = config.input
+    labels = canonical_spark_frame(selected, {"item": cfg.item, "worker": cfg.worker, "label": cfg.label}, "labels",
+                                   labels_source)
     gold = None
     if gold_raw is not None:
-        gold = prepare_gold_spark(gold_raw, config.gold, list(enc.classes), gold_source or "<DataFrame>",
-                                  labels.frame.select("item"))
-    counts = {"unused_classes": _unused_classes(enc.classes, set(labels.observed_classes))}
-    input_warnings: list[str] = []
-    if gold is not None:
-        counts["gold_items_without_labels"] = gold_items_without_labels(labels, gold)
-        counts["gold_repeated_rows"] = gold.repeated_rows
-        input_warnings = _logged([gold_unmatched_spark(labels, gold, counts["gold_items_without_labels"])])
-    timer.lap("validate")
-    n_partitions = config.spark.partitions or default_partitions(spark, labels.n_rows)
-    max_labels = config.engine.max_block_labels
-    engine = SparkEngine(
-        block_rdd(labels, gold, n_partitions, max_labels, config.gold.split()),
-        checkpoint_interval=config.spark.checkpoint_interval,
-        session_sweeps=config.spark.session_sweeps,
-        tree_depth=config.spark.tree_depth,
-        inject_task_failure=inject_task_failure,
-        resident_blocks=config.spark.resident_blocks,
-        sweep_mode=config.spark.sweep_mode,
-    )
+        gold = prepare_gold_spark(gold_raw, config.gold, None, gold_source or "<DataFrame>")
+    if cache:
+        labels = labels.persist(StorageLevel.MEMORY_AND_DISK)
+    cached = None
+    try:
+        with spark_input_errors("labels", labels_source):
+            n_partitions = config.spark.partitions or default_partitions(spark, labels.count())
+            timer.lap("validate")
+            log.info("reading, validating and grouping the labels at %s into blocks", labels_source)
+            max_labels = config.engine.max_block_labels
+            cached = summarized_blocks(_labels_with_gold(labels, gold), n_partitions, max_labels,
+                                       config.gold.split())
+            merged = merge_summaries(collect_summaries(cached))
+        labels.unpersist()  # a no-op when it was not cached
+        enc = _selected(labels_source, selection, lambda: _encoding(merged, config, labels_source))
+        log.info("%d labels, %d workers, %d classes", merged.rows, enc.n_workers, enc.n_classes)
+        counts = {"unused_classes": _unused_classes(enc.classes, set(merged.labels))}
+        input_warnings: list[str] = []
+        if gold is not None:
+            gold_counts, input_warnings = _gold_counts(merged, gold, enc.classes, config)
+            counts.update(gold_counts)
+        engine = SparkEngine(
+            remapped_blocks(cached, enc),
+            checkpoint_interval=config.spark.checkpoint_interval,
+            session_sweeps=config.spark.session_sweeps,
+            tree_depth=config.spark.tree_depth,
+            inject_task_failure=inject_task_failure,
+            resident_blocks=config.spark.resident_blocks,
+            sweep_mode=config.spark.sweep_mode,
+        )
+    except BaseException:
+        labels.unpersist()
+        if cached is not None:
+            cached.unpersist()
+        raise
     try:
         engine.materialize()
     except BaseException:
         engine.close()
+        cached.unpersist()
         raise
-    labels.frame.unpersist()  # a no-op when it was not cached
+    cached.unpersist()
     timer.lap("blocks")
-    inputs = {"labels": labels_source, "gold": gold_source, "label_rows": labels.n_rows}
+    inputs = {"labels": labels_source, "gold": gold_source, "label_rows": merged.rows}
     if days is not None:
         inputs["days"] = days
     report = {"partitions": n_partitions, "input_cached": cache}
