@@ -100,4 +100,8 @@ def test_a_partition_with_nulls_or_too_many_labels_builds_nothing_and_counts():
     rows = list(_partition_pass(iter(pa.Table.from_pandas(many).to_batches()), 100, None))
     summary = pickle.loads(rows[0].column(1)[0].as_py())
     assert len(rows) == 1 and not summary.built and len(summary.labels) == MAX_CLASSES + 1
-    assert list(_partition_pass(iter([]), 100, None))[0].column(1)[0].as_py()
+    empty = list(_partition_pass(iter([]), 100, None))
+    assert [(b.column(0)[0].as_py(), b.column(1)[0].as_py()) for b in empty] == [
+        (0, pickle.dumps(PartitionSummary(rows=0, nulls={"item": 0, "worker": 0, "label": 0}), protocol=5))]
+    broadcast = _Value((pa.array(["w"], pa.string()), ("x", "y")))
+    assert list(_remap_partition(broadcast, iter([(0, empty[0].column(1)[0].as_py())]))) == []

@@ -251,6 +251,8 @@ def _remap_partition(broadcast, rows: Iterator) -> Iterator[Block]:
             if not isinstance(payload, PartitionSummary):
                 raise RuntimeError("internal error: a partition of blocks does not start with its summary")
             summary = payload
+            if not summary.built:  # an empty partition: no block follows
+                continue
             worker_map = pc.index_in(summary.workers, value_set=workers).to_numpy(zero_copy_only=False)
             worker_map = worker_map.astype(np.int32)
             position = {c: i for i, c in enumerate(classes)}
