@@ -31,7 +31,7 @@ from crowdspark.pipeline.summary import Timer
 from crowdspark.pipeline.window import Window
 
 __all__ = ["Prepared", "prepare_frames", "prepare_spark", "local_blocks", "default_partitions",
-           "LABELS_PER_PARTITION"]
+           "LABELS_PER_PARTITION", "filtered_frame"]
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +127,7 @@ def prepare_frames(
     gold_source: str = "<DataFrame>",
     timer: Timer | None = None,
     window: Window | None = None,
+    filter_applied: bool = False,
 ) -> Prepared:
     """Validate pandas frames and hold their blocks in a local engine.
 
@@ -143,9 +144,12 @@ def prepare_frames(
         Gets the phases ``validate`` and ``blocks``.
     window : Window, optional
         The days to read (``input.date_column``, ``input.window_days``).
+    filter_applied : bool
+        ``labels_raw`` was selected by ``input.filter`` (by Spark, before collecting it); otherwise a filter is
+        refused.
     """
     timer = timer or Timer()
-    if config.input.filter:
+    if config.input.filter and not filter_applied:
         raise ConfigError(
             f"input.filter ({config.input.filter!r}) needs the spark engine; filter the data first or use --engine spark"
         )
@@ -153,7 +157,9 @@ def prepare_frames(
     days = None
     if window is not None:
         labels_raw, days = window.filter_pandas(labels_raw, labels_source)
-    selection = [f"the window {window.describe()}"] if window is not None else []
+    selection = [f"input.filter {config.input.filter!r}"] if filter_applied else []
+    if window is not None:
+        selection.append(f"the window {window.describe()}")
     labels = _selected(labels_source, selection, lambda: prepare_labels(labels_raw, config.input, labels_source))
     enc = labels.encoding
     gold = None if gold_raw is None else prepare_gold(gold_raw, config.gold, list(enc.classes), gold_source,
@@ -192,7 +198,7 @@ def default_partitions(spark, n_labels: int) -> int:
 
 
 def _cache_input(config: RunConfig, input_format: str | None) -> bool:
-    """Whether Spark caches the label columns for validation and block building (``spark.cache_input``)."""
+    """Whether Spark caches the label columns between counting them and the pass (``spark.cache_input``)."""
     from crowdspark.io.spark_reader import COLUMNAR_FORMATS
 
     if config.spark.cache_input != "auto":
@@ -200,7 +206,8 @@ def _cache_input(config: RunConfig, input_format: str | None) -> bool:
     return input_format not in COLUMNAR_FORMATS
 
 
-def _filtered(labels_raw, condition: str):
+def filtered_frame(labels_raw, condition: str):
+    """``labels_raw`` (a Spark DataFrame) filtered by ``condition`` (``input.filter``; empty: all rows)."""
     if not condition:
         return labels_raw
     try:
@@ -287,8 +294,8 @@ def prepare_spark(
     from crowdspark.io.spark_reader import canonical_spark_frame, prepare_gold_spark, spark_input_errors
 
     timer = timer or Timer()
-    cache = _cache_input(config, input_format)
-    selected, days, selection = _filtered(labels_raw, config.input.filter), None, []
+    cache = _cache_input(config, input_format) and not config.spark.partitions  # only the count reads twice
+    selected, days, selection = filtered_frame(labels_raw, config.input.filter), None, []
     if config.input.filter:
         selection.append(f"input.filter {config.input.filter!r}")
     if window is not None:
@@ -306,7 +313,9 @@ def prepare_spark(
     cached = None
     try:
         with spark_input_errors("labels", labels_source):
-            n_partitions = config.spark.partitions or default_partitions(spark, labels.count())
+            # the count of a Parquet or ORC frame reads only its footers; a cached frame's count fills the cache
+            n_rows = 0 if config.spark.partitions else (labels if cache else selected).count()
+            n_partitions = config.spark.partitions or default_partitions(spark, n_rows)
             timer.lap("validate")
             log.info("reading, validating and grouping the labels at %s into blocks", labels_source)
             max_labels = config.engine.max_block_labels
