@@ -272,10 +272,18 @@ def test_small_input_is_collected_and_gives_the_distributed_answer(spark, tmp_pa
     assert local_small_input(small, str(tmp_path / "hive")) is None
     s_hive = aggregate(small, str(tmp_path / "hive"), None, spark=spark).summary
     assert s_hive["small_input"]["reader"] == "spark" and s_hive["counts"]["labels"] == len(frame)
-    # a filter always distributes (the size of a partitioned lake says nothing about the filtered rows)
-    filtered = load_config(overrides=["input.filter=label = '1' or label = '0'"], algorithm="ds",
-                           engine_name="spark", seed=11)
-    assert "small_input" not in aggregate(filtered, labels, None, spark=spark).summary
+    # a filter selects from the files: small files are filtered by Spark, then collected (the distributed answer)
+    condition = "input.filter=worker < 'A3'"
+    filtered = load_config(overrides=[condition], algorithm="ds", engine_name="spark", seed=11)
+    f_dist = load_config(overrides=[condition, "engine.small_input_bytes=0"], algorithm="ds", engine_name="spark",
+                         seed=11)
+    s_filtered = aggregate(filtered, labels, str(tmp_path / "filtered"), spark=spark).summary
+    s_fdist = aggregate(f_dist, labels, str(tmp_path / "fdist"), spark=spark).summary
+    assert s_filtered["small_input"]["reader"] == "spark" and "small_input" not in s_fdist
+    assert s_filtered["counts"] == s_fdist["counts"] and s_filtered["counts"]["labels"] < s_dist["counts"]["labels"]
+    a, b = read_items(str(tmp_path / "filtered")), read_items(str(tmp_path / "fdist"))
+    assert (a["label"] == b["label"]).all()
+    np.testing.assert_allclose(np.stack(a["posterior"]), np.stack(b["posterior"]), atol=1e-9)
     # input above the threshold is distributed
     above = load_config(overrides=["engine.small_input_bytes=100000"], algorithm="mv", engine_name="spark")
     assert aggregate(above, labels, None, spark=spark).summary["engine"] == "spark"

@@ -151,12 +151,29 @@ def _items_partition(fn: ItemFn, broadcast, elements: Iterator) -> Iterator[tupl
             yield (pickle.dumps((block, fn(block, state, value)), protocol=5),)
 
 
-def _decode_items(batches, to_batch: ItemBatchFn):
-    """mapInArrow function: pickled ``(block, ItemResult)`` values -> the blocks' item batches."""
+def _item_batches_partition(fn: ItemFn, to_batch: ItemBatchFn, broadcast, elements: Iterator) -> Iterator[tuple[bytes]]:
+    """Each block's item batch (``to_batch`` of its results), as Arrow IPC stream bytes: the block's label
+    arrays stay where they are."""
+    import pyarrow as pa
+
+    value = broadcast.value
+    for tag, (block, state) in elements:
+        if tag == _BLOCK:
+            block = resolve(block)
+            batch = to_batch(block, fn(block, state, value))
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, batch.schema) as writer:
+                writer.write_batch(batch)
+            yield (sink.getvalue().to_pybytes(),)
+
+
+def _decode_items(batches):
+    """mapInArrow function: Arrow IPC stream bytes (one value per block) -> the blocks' item batches."""
+    import pyarrow as pa
+
     for batch in batches:
         for blob in batch.column(0).to_pylist():
-            block, result = pickle.loads(blob)
-            yield to_batch(block, result)
+            yield from pa.ipc.open_stream(blob).read_all().to_batches()
 
 
 def _round_robin_keys(tasks: int, index: int, elements: Iterator) -> Iterator:
@@ -593,24 +610,27 @@ class SparkEngine(Engine):
             )
         self._adopt(restored)
 
-    def item_blobs(self, fn: ItemFn, value: Any):
-        """RDD of one-element tuples holding a pickled ``(block, ItemResult)`` per block.
-
-        The broadcast of ``value`` is kept until :meth:`close`, because the RDD is evaluated lazily.
-        """
+    def _per_block(self, partition_fn, value: Any):
+        """``partition_fn(broadcast, elements)`` over the current blocks, lazily; the broadcast of ``value`` is
+        kept until :meth:`close`."""
         self._close_session()
         broadcast = self.sc.broadcast(value)
         self._pending_broadcasts.append(broadcast)
-        return self._current.mapPartitions(partial(_items_partition, fn, broadcast))
+        return self._current.mapPartitions(partial(partition_fn, broadcast))
+
+    def item_blobs(self, fn: ItemFn, value: Any):
+        """RDD of one-element tuples holding a pickled ``(block, ItemResult)`` per block (lazy)."""
+        return self._per_block(partial(_items_partition, fn), value)
 
     def items(self, fn: ItemFn, value: Any, to_batch: ItemBatchFn, schema: str):
-        """The item table as a lazy Spark DataFrame of ``schema``: each block's results are pickled on the
-        executors and turned into Arrow batches by ``to_batch`` (no Python object per item)."""
+        """The item table as a lazy Spark DataFrame of ``schema``: each block's results are turned into an
+        Arrow batch by ``to_batch`` where the block is, and travel as Arrow IPC bytes (no Python object per
+        item, no block)."""
         from pyspark.sql import SparkSession
 
         spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-        blobs = spark.createDataFrame(self.item_blobs(fn, value), "blob binary")
-        return blobs.mapInArrow(partial(_decode_items, to_batch=to_batch), schema)
+        batches = self._per_block(partial(_item_batches_partition, fn, to_batch), value)
+        return spark.createDataFrame(batches, "blob binary").mapInArrow(_decode_items, schema)
 
     def report(self) -> dict[str, Any]:
         """``sweep_mode`` (asked, chosen, why), ``sweep_sessions`` (:meth:`session_report`) and

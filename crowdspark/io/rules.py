@@ -45,6 +45,7 @@ __all__ = [
     "json_line_error",
     "gold_unmatched_warning",
     "null_error",
+    "too_many_labels_error",
     "decide_classes",
     "gold_outside_error",
     "gold_conflict_error",
@@ -209,6 +210,14 @@ def gold_unmatched_warning(
         f"no metrics are computed; ids are compared as text: e.g. gold item {gold_example!r}, labelled item "
         f"{label_example!r}. Write the ids the same way in both inputs (266.0 and 266 are different ids in "
         "a CSV or JSON file; a float Parquet column holding whole numbers is read as integers)."
+    )
+
+
+def too_many_labels_error(source: str, column: str) -> InputError:
+    """For a label column with more than :data:`MAX_CLASSES` distinct values (only that many + 1 are read)."""
+    return InputError(
+        f"labels at {source!r}: column {column!r} has at least {MAX_CLASSES + 1} distinct values "
+        f"(more than {MAX_CLASSES}); is it the label column? Set {setting('input.label', '<column>')}."
     )
 
 

@@ -31,7 +31,6 @@ import pandas as pd
 from crowdspark.block import Block
 from crowdspark.config import GoldConfig, InputConfig
 from crowdspark.errors import ConfigError, InputError
-from crowdspark.faces import setting
 from crowdspark.io.cells import SPARK_ERROR_END, SPARK_ERROR_START, canonical_spark
 from crowdspark.io.paths import resolve_format
 from crowdspark.io.rules import (
@@ -50,6 +49,7 @@ from crowdspark.io.rules import (
     json_line_error,
     missing_columns_error,
     null_error,
+    too_many_labels_error,
 )
 
 __all__ = [
@@ -68,7 +68,6 @@ __all__ = [
     "prepare_gold_spark",
     "listed_files",
     "block_rdd",
-    "gold_items_without_labels",
     "gold_unmatched_spark",
 ]
 
@@ -368,10 +367,7 @@ def _validate_labels(frame, cfg: InputConfig, cols: dict[str, str], source: str)
             raise null_error("labels", source, column, int(row[role]))
     labels = [r[0] for r in frame.select("label").distinct().limit(MAX_CLASSES + 1).collect()]
     if len(labels) > MAX_CLASSES:
-        raise InputError(
-            f"labels at {source!r}: column {cfg.label!r} has at least {MAX_CLASSES + 1} distinct values "
-            f"(more than {MAX_CLASSES}); is it the label column? Set {setting('input.label', '<column>')}."
-        )
+        raise too_many_labels_error(source, cfg.label)
     classes = decide_classes(sorted(labels), cfg.classes, source, cfg.label)
     workers = tuple(sorted(r[0] for r in frame.select("worker").distinct().collect()))
     return SparkLabels(
@@ -393,9 +389,12 @@ class SparkGold:
     n_items: int = 0
 
 
-def prepare_gold_spark(frame, cfg: GoldConfig, classes: list[str], source: str, label_items=None) -> SparkGold:
+def prepare_gold_spark(frame, cfg: GoldConfig, classes: list[str] | None, source: str, label_items=None) -> SparkGold:
     """Validate a gold DataFrame (see :func:`crowdspark.io.pandas_reader.prepare_gold`; ``label_items`` is a
-    DataFrame with the column ``item``, joined only when some gold truth is outside ``classes``)."""
+    DataFrame with the column ``item``, joined only when some gold truth is outside ``classes``).
+
+    ``classes = None``: the caller checks the gold classes of the labelled items itself (the one-pass
+    reader, :mod:`crowdspark.io.spark_blocks`)."""
     from pyspark.sql import functions as F
 
     cols = {"item": cfg.item, "truth": cfg.truth}
@@ -408,8 +407,10 @@ def prepare_gold_spark(frame, cfg: GoldConfig, classes: list[str], source: str, 
     for role, column in cols.items():
         if row[role]:
             raise InputError(f"gold at {source!r}: column {column!r} has {row[role]} null value(s); remove these rows.")
-    truths = [r[0] for r in frame.select("truth").distinct().limit(len(classes) + 11).collect()]
-    outside = sorted(set(truths) - set(classes))
+    outside: list[str] = []
+    if classes is not None:
+        truths = [r[0] for r in frame.select("truth").distinct().limit(len(classes) + 11).collect()]
+        outside = sorted(set(truths) - set(classes))
     if outside and label_items is not None:
         with spark_input_errors("gold", source):
             scored = frame.filter(F.col("truth").isin(outside)).join(label_items, on="item", how="left_semi")
@@ -502,20 +503,22 @@ def _unpickle_block(row) -> Block:
     return pickle.loads(row[0])
 
 
-def gold_items_without_labels(labels: SparkLabels, gold: SparkGold) -> int:
-    """Number of gold items that have no label (counted, not scored)."""
-    return int(gold.frame.join(labels.frame.select("item").distinct(), on="item", how="left_anti").count())
-
-
-def gold_unmatched_spark(labels: SparkLabels, gold: SparkGold, without_labels: int) -> str | None:
+def gold_unmatched_spark(gold: SparkGold, without_labels: int, n_items: int, label_example: str | None) -> str | None:
     """The warning of :func:`crowdspark.io.rules.gold_unmatched_warning` when no gold item has a label, else
-    ``None`` (two one-row jobs for the examples, one job counting the labelled items, only then)."""
+    ``None`` (one one-row job for the gold example, only then).
+
+    Parameters
+    ----------
+    gold : SparkGold
+    without_labels : int
+        Gold items without a label.
+    n_items : int
+        Labelled items.
+    label_example : str or None
+        The smallest labelled item id.
+    """
     if not gold.n_items or without_labels < gold.n_items:
         return None
     gold_example = gold.frame.select("item").orderBy("item").limit(1).collect()
-    label_example = labels.frame.select("item").orderBy("item").limit(1).collect()
-    n_items = labels.frame.select("item").distinct().count()
-    return gold_unmatched_warning(
-        gold.source, gold.n_items, n_items, gold_example[0][0] if gold_example else None,
-        label_example[0][0] if label_example else None,
-    )
+    return gold_unmatched_warning(gold.source, gold.n_items, n_items, gold_example[0][0] if gold_example else None,
+                                  label_example)

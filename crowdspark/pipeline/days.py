@@ -106,11 +106,11 @@ class DayReader:
     # ---- Spark --------------------------------------------------------------------------------------
     def _spark_raw(self):
         from crowdspark.io.spark_reader import read_spark_frame
-        from crowdspark.pipeline.prepare import _filtered  # input.filter, applied as the window's reads apply it
+        from crowdspark.pipeline.prepare import filtered_frame  # input.filter, applied as the window's reads apply it
 
         if self._raw is None:
             fmt = resolve_format(self.path, self.cfg.format, "labels")
-            self._raw = _filtered(read_spark_frame(self.spark, self.path, fmt, "labels"), self.cfg.filter)
+            self._raw = filtered_frame(read_spark_frame(self.spark, self.path, fmt, "labels"), self.cfg.filter)
         return self._raw
 
     def _canonical_spark(self, raw):

@@ -26,12 +26,12 @@ from crowdspark.io.pandas_reader import (
     prepare_gold,
     prepare_labels,
 )
-from crowdspark.io.rules import EmptyInputError, Encoding
+from crowdspark.io.rules import EmptyInputError, Encoding, too_many_labels_error
 from crowdspark.pipeline.summary import Timer
 from crowdspark.pipeline.window import Window
 
 __all__ = ["Prepared", "prepare_frames", "prepare_spark", "local_blocks", "default_partitions",
-           "LABELS_PER_PARTITION"]
+           "LABELS_PER_PARTITION", "filtered_frame"]
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +127,7 @@ def prepare_frames(
     gold_source: str = "<DataFrame>",
     timer: Timer | None = None,
     window: Window | None = None,
+    filter_applied: bool = False,
 ) -> Prepared:
     """Validate pandas frames and hold their blocks in a local engine.
 
@@ -143,9 +144,12 @@ def prepare_frames(
         Gets the phases ``validate`` and ``blocks``.
     window : Window, optional
         The days to read (``input.date_column``, ``input.window_days``).
+    filter_applied : bool
+        ``labels_raw`` was selected by ``input.filter`` (by Spark, before collecting it); otherwise a filter is
+        refused.
     """
     timer = timer or Timer()
-    if config.input.filter:
+    if config.input.filter and not filter_applied:
         raise ConfigError(
             f"input.filter ({config.input.filter!r}) needs the spark engine; filter the data first or use --engine spark"
         )
@@ -153,7 +157,9 @@ def prepare_frames(
     days = None
     if window is not None:
         labels_raw, days = window.filter_pandas(labels_raw, labels_source)
-    selection = [f"the window {window.describe()}"] if window is not None else []
+    selection = [f"input.filter {config.input.filter!r}"] if filter_applied else []
+    if window is not None:
+        selection.append(f"the window {window.describe()}")
     labels = _selected(labels_source, selection, lambda: prepare_labels(labels_raw, config.input, labels_source))
     enc = labels.encoding
     gold = None if gold_raw is None else prepare_gold(gold_raw, config.gold, list(enc.classes), gold_source,
@@ -192,7 +198,7 @@ def default_partitions(spark, n_labels: int) -> int:
 
 
 def _cache_input(config: RunConfig, input_format: str | None) -> bool:
-    """Whether Spark caches the label columns for validation and block building (``spark.cache_input``)."""
+    """Whether Spark caches the label columns between counting them and the pass (``spark.cache_input``)."""
     from crowdspark.io.spark_reader import COLUMNAR_FORMATS
 
     if config.spark.cache_input != "auto":
@@ -200,13 +206,50 @@ def _cache_input(config: RunConfig, input_format: str | None) -> bool:
     return input_format not in COLUMNAR_FORMATS
 
 
-def _filtered(labels_raw, condition: str):
+def filtered_frame(labels_raw, condition: str):
+    """``labels_raw`` (a Spark DataFrame) filtered by ``condition`` (``input.filter``; empty: all rows)."""
     if not condition:
         return labels_raw
     try:
         return labels_raw.filter(condition)
     except Exception as exc:  # AnalysisException or ParseException: the user's condition is wrong
         raise ConfigError(f"input.filter {condition!r} is not a valid Spark SQL condition on the labels: {exc}") from exc
+
+
+def _labels_with_gold(labels, gold):
+    """The label rows, left-joined with gold's ``truth`` when there is gold."""
+    return labels if gold is None else labels.join(gold.frame, on="item", how="left")
+
+
+def _encoding(merged, config: RunConfig, source: str) -> Encoding:
+    """The run's encoding from the merged partition summaries, or the input error they show (the checks and
+    messages of :func:`crowdspark.io.spark_reader.prepare_labels_spark`, in the same order)."""
+    from crowdspark.io.rules import MAX_CLASSES, decide_classes, empty_labels_error, null_error
+
+    cfg = config.input
+    if merged.rows == 0:
+        raise empty_labels_error(source)
+    for role in ("item", "worker", "label"):
+        if merged.nulls[role]:
+            raise null_error("labels", source, getattr(cfg, role), merged.nulls[role])
+    if len(merged.labels) > MAX_CLASSES:
+        raise too_many_labels_error(source, cfg.label)
+    classes = decide_classes(merged.labels, cfg.classes, source, cfg.label)
+    return Encoding(tuple(merged.workers.to_pylist()), tuple(classes))
+
+
+def _gold_counts(merged, gold, classes: tuple[str, ...], config: RunConfig) -> tuple[dict[str, int], list[str]]:
+    """Gold's counts and warnings from the merged summaries; raises for gold classes of labelled items outside
+    ``classes``."""
+    from crowdspark.io.rules import gold_outside_error
+    from crowdspark.io.spark_reader import gold_unmatched_spark
+
+    outside = sorted(set(merged.classes_seen) - set(classes))
+    if outside:
+        raise gold_outside_error(gold.source, config.gold.truth, outside, list(classes))
+    without = gold.n_items - merged.gold_items
+    counts = {"gold_items_without_labels": without, "gold_repeated_rows": gold.repeated_rows}
+    return counts, _logged([gold_unmatched_spark(gold, without, merged.items, merged.first_item)])
 
 
 def prepare_spark(
@@ -221,7 +264,8 @@ def prepare_spark(
     inject_task_failure: int = 0,
     window: Window | None = None,
 ) -> Prepared:
-    """Validate Spark DataFrames and cache their blocks in a Spark engine.
+    """Validate Spark DataFrames and cache their blocks in a Spark engine, in one pass over the labels
+    (:mod:`crowdspark.io.spark_blocks`).
 
     Parameters
     ----------
@@ -232,7 +276,8 @@ def prepare_spark(
     labels_source, gold_source : str
         Where the frames came from, for messages and the summary.
     timer : Timer, optional
-        Gets the phases ``validate`` and ``blocks``.
+        Gets the phases ``validate`` (gold's checks, and the labels' row count when the partitions are not
+        configured) and ``blocks`` (the pass).
     input_format : str, optional
         The format of the files ``labels_raw`` was read from (``None``: a DataFrame passed in); decides
         ``spark.cache_input = "auto"``.
@@ -242,60 +287,72 @@ def prepare_spark(
     window : Window, optional
         The days to read (``input.date_column``, ``input.window_days``); Spark prunes the others.
     """
+    from pyspark import StorageLevel
+
     from crowdspark.engine.spark import SparkEngine
-    from crowdspark.io.spark_reader import (
-        block_rdd,
-        gold_items_without_labels,
-        gold_unmatched_spark,
-        prepare_gold_spark,
-        prepare_labels_spark,
-    )
+    from crowdspark.io.spark_blocks import collect_summaries, merge_summaries, remapped_blocks, summarized_blocks
+    from crowdspark.io.spark_reader import canonical_spark_frame, prepare_gold_spark, spark_input_errors
 
     timer = timer or Timer()
-    cache = _cache_input(config, input_format)
-    selected, days, selection = _filtered(labels_raw, config.input.filter), None, []
+    cache = _cache_input(config, input_format) and not config.spark.partitions  # only the count reads twice
+    selected, days, selection = filtered_frame(labels_raw, config.input.filter), None, []
     if config.input.filter:
         selection.append(f"input.filter {config.input.filter!r}")
     if window is not None:
         selected = window.filter_spark(selected, labels_source)
         days = window.day_counts_spark(selected, labels_source)
         selection.append(f"the window {window.describe()}")
-    log.info("reading and validating the labels at %s", labels_source)
-    labels = _selected(labels_source, selection,
-                       lambda: prepare_labels_spark(selected, config.input, labels_source, persist=cache))
-    log.info("%d labels, %d workers, %d classes", labels.n_rows, labels.encoding.n_workers,
-             labels.encoding.n_classes)
-    enc = labels.encoding
+    cfg = config.input
+    labels = canonical_spark_frame(selected, {"item": cfg.item, "worker": cfg.worker, "label": cfg.label}, "labels",
+                                   labels_source)
     gold = None
     if gold_raw is not None:
-        gold = prepare_gold_spark(gold_raw, config.gold, list(enc.classes), gold_source or "<DataFrame>",
-                                  labels.frame.select("item"))
-    counts = {"unused_classes": _unused_classes(enc.classes, set(labels.observed_classes))}
-    input_warnings: list[str] = []
-    if gold is not None:
-        counts["gold_items_without_labels"] = gold_items_without_labels(labels, gold)
-        counts["gold_repeated_rows"] = gold.repeated_rows
-        input_warnings = _logged([gold_unmatched_spark(labels, gold, counts["gold_items_without_labels"])])
-    timer.lap("validate")
-    n_partitions = config.spark.partitions or default_partitions(spark, labels.n_rows)
-    max_labels = config.engine.max_block_labels
-    engine = SparkEngine(
-        block_rdd(labels, gold, n_partitions, max_labels, config.gold.split()),
-        checkpoint_interval=config.spark.checkpoint_interval,
-        session_sweeps=config.spark.session_sweeps,
-        tree_depth=config.spark.tree_depth,
-        inject_task_failure=inject_task_failure,
-        resident_blocks=config.spark.resident_blocks,
-        sweep_mode=config.spark.sweep_mode,
-    )
+        gold = prepare_gold_spark(gold_raw, config.gold, None, gold_source or "<DataFrame>")
+    if cache:
+        labels = labels.persist(StorageLevel.MEMORY_AND_DISK)
+    cached = None
+    try:
+        with spark_input_errors("labels", labels_source):
+            # the count of a Parquet or ORC frame reads only its footers; a cached frame's count fills the cache
+            n_rows = 0 if config.spark.partitions else (labels if cache else selected).count()
+            n_partitions = config.spark.partitions or default_partitions(spark, n_rows)
+            timer.lap("validate")
+            log.info("reading, validating and grouping the labels at %s into blocks", labels_source)
+            max_labels = config.engine.max_block_labels
+            cached = summarized_blocks(_labels_with_gold(labels, gold), n_partitions, max_labels,
+                                       config.gold.split())
+            merged = merge_summaries(collect_summaries(cached))
+        labels.unpersist()  # a no-op when it was not cached
+        enc = _selected(labels_source, selection, lambda: _encoding(merged, config, labels_source))
+        log.info("%d labels, %d workers, %d classes", merged.rows, enc.n_workers, enc.n_classes)
+        counts = {"unused_classes": _unused_classes(enc.classes, set(merged.labels))}
+        input_warnings: list[str] = []
+        if gold is not None:
+            gold_counts, input_warnings = _gold_counts(merged, gold, enc.classes, config)
+            counts.update(gold_counts)
+        engine = SparkEngine(
+            remapped_blocks(cached, enc),
+            checkpoint_interval=config.spark.checkpoint_interval,
+            session_sweeps=config.spark.session_sweeps,
+            tree_depth=config.spark.tree_depth,
+            inject_task_failure=inject_task_failure,
+            resident_blocks=config.spark.resident_blocks,
+            sweep_mode=config.spark.sweep_mode,
+        )
+    except BaseException:
+        labels.unpersist()
+        if cached is not None:
+            cached.unpersist()
+        raise
     try:
         engine.materialize()
     except BaseException:
         engine.close()
+        cached.unpersist()
         raise
-    labels.frame.unpersist()  # a no-op when it was not cached
+    cached.unpersist()
     timer.lap("blocks")
-    inputs = {"labels": labels_source, "gold": gold_source, "label_rows": labels.n_rows}
+    inputs = {"labels": labels_source, "gold": gold_source, "label_rows": merged.rows}
     if days is not None:
         inputs["days"] = days
     report = {"partitions": n_partitions, "input_cached": cache}

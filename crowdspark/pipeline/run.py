@@ -136,7 +136,7 @@ def _prepare(source: Source, config: RunConfig, labels_path: str, gold_path: str
                              source.input_format, options.inject_task_failure, window)
     labels, gold = read_pandas(source, config, labels_path, gold_path)
     timer.lap("read")
-    return prepare_frames(config, labels, gold, labels_path, gold_source, timer, window)
+    return prepare_frames(config, labels, gold, labels_path, gold_source, timer, window, source.filter_applied)
 
 
 @dataclass(frozen=True)

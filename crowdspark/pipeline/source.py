@@ -4,8 +4,9 @@
 * ``engine.name = "spark"`` and the input is small (:func:`local_small_input`: local files, no Hive-style
   partition folders, no ``input.filter``, fewer bytes than ``engine.small_input_bytes``): pandas reads, the
   local engine fits on the driver, and no SparkSession is needed at all (:func:`needs_spark`).
-* Otherwise Spark reads; if the files it lists total fewer bytes than the threshold (remote inputs), the
-  labels are collected to the driver and fitted by the local engine; else the Spark engine fits them.
+* Otherwise Spark reads; if the files it lists total fewer bytes than the threshold (remote inputs, or an
+  ``input.filter``, which Spark applies before collecting), the labels are collected to the driver and fitted
+  by the local engine; else the Spark engine fits them.
 
 Every path gives the same answers (tested); the summary records which ran (``engine``, ``small_input``).
 """
@@ -43,6 +44,8 @@ class Source:
         What Spark read (``None`` when pandas reads).
     input_format : str, optional
         The format of the label files Spark read.
+    filter_applied : bool
+        ``labels_frame`` is already filtered by ``input.filter`` (a small input collected to the driver).
     """
 
     engine: str
@@ -50,6 +53,7 @@ class Source:
     labels_frame: Any = None
     gold_frame: Any = None
     input_format: str | None = None
+    filter_applied: bool = False
 
     @property
     def reader(self) -> str:
@@ -102,11 +106,11 @@ def needs_spark(config: RunConfig, labels_path: str, gold_path: str | None = Non
 
 def _spark_small_input(spark, config: RunConfig, frame) -> dict[str, Any] | None:
     """``{"input_bytes", "threshold", "reader": "spark"}`` when the files Spark lists for the labels total
-    fewer bytes than the threshold and there is no ``input.filter``, else ``None``."""
+    fewer bytes than the threshold, else ``None`` (an ``input.filter`` only selects from those files)."""
     from crowdspark.io.spark_reader import input_bytes
 
     threshold = config.engine.small_input_bytes
-    if not threshold or config.input.filter:
+    if not threshold:
         return None
     size = input_bytes(spark, frame, threshold)
     if size is None or size >= threshold:
@@ -153,6 +157,11 @@ def choose_source(
             "the local engine (set engine.small_input_bytes=0 to distribute)", small["input_bytes"],
             small["threshold"],
         )
+        if config.input.filter:
+            from crowdspark.pipeline.prepare import filtered_frame
+
+            return Source(engine="local", small_input=small, labels_frame=filtered_frame(labels, config.input.filter),
+                          gold_frame=gold, input_format=input_format, filter_applied=True)
     return Source(engine="local" if small else "spark", small_input=small, labels_frame=labels, gold_frame=gold,
                   input_format=input_format)
 

@@ -1,0 +1,276 @@
+"""Labels to blocks on the executors in one pass: validate, encode and build blocks in the same tasks.
+
+The labels (left-joined with gold) are shuffled by item once.  Each task of that shuffle's reduce side
+(:func:`_partition_pass`) counts its rows and nulls, collects its distinct labels, gold classes and workers
+(its *partition dictionaries*), encodes its rows against them and builds its blocks
+(:func:`crowdspark.block.blocks_from_codes`).  It emits one small :class:`PartitionSummary` followed by its
+blocks, pickled, one row each; the rows are cached by Spark.
+
+The driver then merges the summaries (:func:`merge_summaries`): row and null counts, the class set (at most
+:data:`~crowdspark.io.rules.MAX_CLASSES` labels are ever listed per partition), the sorted worker dictionary
+(size K per partition).  It raises the errors of :mod:`crowdspark.io.rules` with their messages and counts,
+and otherwise broadcasts the run's encoding; :func:`remapped_blocks` maps each partition's codes to the run's
+codes as the blocks leave the cache.  No label-level data reaches the driver.
+
+The blocks equal those of the older multi-pass reader (:func:`crowdspark.io.spark_reader.block_rdd`): a
+partition's workers, sorted, are a subset of the run's sorted workers, so their order (and the blocks' label
+order) is kept; classes, whose order may be configured, are re-sorted within each item when it is not.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from crowdspark.block import Block, GoldSplit, _label_order, blocks_from_codes
+from crowdspark.io.rules import MAX_CLASSES, Encoding
+
+__all__ = ["PartitionSummary", "MergedSummary", "summarized_blocks", "collect_summaries", "merge_summaries", "remapped_blocks"]
+
+_ROLES = ("item", "worker", "label")
+
+
+@dataclass(frozen=True)
+class PartitionSummary:
+    """What one partition of the shuffle by item holds.
+
+    Attributes
+    ----------
+    rows : int
+        Label rows.
+    nulls : dict
+        Null values per column role (``item``, ``worker``, ``label``).
+    labels : tuple of str
+        The distinct labels, sorted (at most ``MAX_CLASSES + 1``: more means the wrong column).
+    classes : tuple of str
+        The partition's class dictionary: its labels and gold classes, sorted; label and gold codes of its
+        blocks index it.
+    workers : pyarrow.Array of string
+        The partition's worker dictionary, sorted; worker codes of its blocks index it.
+    items : int
+        Distinct items.
+    gold_items : int
+        Distinct items with gold.
+    first_item : str or None
+        The smallest item id.
+    built : bool
+        Whether the partition built its blocks (not when it has nulls or too many labels).
+    """
+
+    rows: int
+    nulls: dict[str, int]
+    labels: tuple[str, ...] = ()
+    classes: tuple[str, ...] = ()
+    workers: Any = None
+    items: int = 0
+    gold_items: int = 0
+    first_item: str | None = None
+    built: bool = False
+
+
+def _sorted_unique(column):
+    """The distinct values of an Arrow string column, sorted (byte order, which is code-point order)."""
+    import pyarrow.compute as pc
+
+    unique = pc.unique(column)
+    return unique.take(pc.sort_indices(unique))
+
+
+def _codes(column, dictionary) -> np.ndarray:
+    """Index of each value of an Arrow string column in ``dictionary`` (an Arrow array), int32 (m,)."""
+    import pyarrow.compute as pc
+
+    codes = pc.index_in(column, value_set=dictionary)
+    return pc.fill_null(codes, -1).to_numpy(zero_copy_only=False).astype(np.int32)
+
+
+_SUMMARY, _BLOCK = 0, 1
+
+
+def _row(payload: PartitionSummary | Block):
+    import pyarrow as pa
+
+    kind = _SUMMARY if isinstance(payload, PartitionSummary) else _BLOCK
+    return pa.RecordBatch.from_pydict({"kind": pa.array([kind], pa.int8()),
+                                       "payload": [pickle.dumps(payload, protocol=5)]})
+
+
+def _partition_pass(batches: Iterator, max_labels: int, split: GoldSplit | None) -> Iterator:
+    """mapInArrow function: one partition's label rows -> its :class:`PartitionSummary`, then its blocks.
+
+    Rows with nulls, or more than ``MAX_CLASSES`` distinct labels, build no block: the run fails on the
+    driver with the merged counts.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from crowdspark.io.spark_reader import _sorted_item_codes
+
+    batches = list(batches)
+    if not batches:
+        yield _row(PartitionSummary(rows=0, nulls=dict.fromkeys(_ROLES, 0)))
+        return
+    table = pa.Table.from_batches(batches)
+    del batches
+    nulls = {role: int(table[role].null_count) for role in _ROLES}
+    summary = PartitionSummary(rows=table.num_rows, nulls=nulls)
+    if table.num_rows == 0 or any(nulls.values()):
+        yield _row(summary)
+        return
+    labels = _sorted_unique(table["label"])
+    if len(labels) > MAX_CLASSES:
+        yield _row(replace(summary, labels=tuple(labels[: MAX_CLASSES + 1].to_pylist())))
+        return
+    has_gold = "truth" in table.column_names
+    classes = _sorted_unique(pa.chunked_array([labels, pc.drop_null(table["truth"])]) if has_gold else labels)
+    workers = _sorted_unique(table["worker"])
+    worker = _codes(table["worker"], workers)
+    label = _codes(table["label"], classes)
+    truth = _codes(table["truth"], classes) if has_gold else None
+    codes, uniques = _sorted_item_codes(table["item"])
+    del table
+    blocks = blocks_from_codes(codes, uniques, worker, label, truth, max_labels=max_labels, split=split)
+    gold_items = sum(int(np.count_nonzero(b.truth >= 0)) + int(np.count_nonzero(b.fixed >= 0)) for b in blocks)
+    yield _row(replace(summary, labels=tuple(labels.to_pylist()), classes=tuple(classes.to_pylist()),
+                       workers=workers, items=len(uniques), gold_items=gold_items, first_item=str(uniques[0]),
+                       built=True))
+    for block in blocks:
+        yield _row(block)
+
+
+def summarized_blocks(frame, n_partitions: int, max_labels: int, split: GoldSplit | None = None):
+    """The cached DataFrame of pickled summaries and blocks (column ``payload``), one shuffle by item.
+
+    Parameters
+    ----------
+    frame : pyspark DataFrame
+        String columns ``item``, ``worker``, ``label`` and, with gold, ``truth`` (null: no gold).
+    n_partitions : int
+    max_labels : int
+        Largest number of labels in one block.
+    split : GoldSplit, optional
+        Which gold items the fit holds fixed (the rest are held out for scoring).
+
+    Returns
+    -------
+    pyspark DataFrame
+        Columns ``kind`` (0 summary, 1 block) and ``payload`` (pickled); persisted (``MEMORY_AND_DISK``), not
+        yet computed; every partition's first row is its summary.
+    """
+    from pyspark import StorageLevel
+
+    fn = partial(_partition_pass, max_labels=max_labels, split=split)
+    out = frame.repartition(n_partitions, "item").mapInArrow(fn, "kind byte, payload binary")
+    return out.persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def collect_summaries(cached) -> list[PartitionSummary]:
+    """Compute and cache every row of ``cached`` (one Spark job) and fetch the partitions' summaries."""
+    rows = cached.filter(f"kind = {_SUMMARY}").select("payload").collect()
+    return [pickle.loads(row[0]) for row in rows]
+
+
+@dataclass(frozen=True)
+class MergedSummary:
+    """The summaries of all partitions, merged on the driver.
+
+    Attributes
+    ----------
+    rows : int
+    nulls : dict
+        Null values per column role.
+    labels : list of str
+        The distinct labels, sorted (more than ``MAX_CLASSES`` when the label column is wrong).
+    classes_seen : list of str
+        Labels and the gold classes of labelled items, sorted.
+    workers : pyarrow.Array of string
+        Every worker, sorted.
+    items : int
+    gold_items : int
+        Gold items that have a label.
+    first_item : str or None
+    """
+
+    rows: int
+    nulls: dict[str, int]
+    labels: list[str]
+    classes_seen: list[str]
+    workers: Any
+    items: int
+    gold_items: int
+    first_item: str | None
+
+
+def merge_summaries(summaries: list[PartitionSummary]) -> MergedSummary:
+    """Merge partition summaries (sizes: partitions x (workers + classes))."""
+    import pyarrow as pa
+
+    built = [s for s in summaries if s.built]
+    workers = [s.workers for s in built]
+    merged = _sorted_unique(pa.chunked_array(workers, type=pa.string())) if workers else pa.array([], pa.string())
+    firsts = [s.first_item for s in built if s.first_item is not None]
+    return MergedSummary(
+        rows=sum(s.rows for s in summaries),
+        nulls={role: sum(s.nulls[role] for s in summaries) for role in _ROLES},
+        labels=sorted({label for s in summaries for label in s.labels}),
+        classes_seen=sorted({c for s in built for c in s.classes}),
+        workers=merged,
+        items=sum(s.items for s in built),
+        gold_items=sum(s.gold_items for s in built),
+        first_item=min(firsts) if firsts else None,
+    )
+
+
+def _remap_block(block: Block, worker_map: np.ndarray, class_map: np.ndarray, monotone: bool) -> Block:
+    """``block`` with its partition codes replaced by the run's (labels re-sorted within an item when the
+    class map does not keep their order)."""
+    worker = worker_map[block.worker]
+    label = class_map[block.label]
+    item_of_label = block.item_of_label
+    if not monotone:
+        order = _label_order(item_of_label, worker, label, block.n_items)
+        item_of_label, worker, label = item_of_label[order], worker[order], label[order]
+    truth = np.where(block.truth >= 0, class_map[np.maximum(block.truth, 0)], -1).astype(np.int32)
+    fixed = np.where(block.fixed >= 0, class_map[np.maximum(block.fixed, 0)], -1).astype(np.int32)
+    return replace(block, worker=worker, label=label, item_of_label=item_of_label, truth=truth, fixed=fixed)
+
+
+def _remap_partition(broadcast, rows: Iterator) -> Iterator[Block]:
+    import pyarrow.compute as pc
+
+    workers, classes = broadcast.value
+    summary: PartitionSummary | None = None
+    for row in rows:
+        payload = pickle.loads(row[1])
+        if summary is None:
+            if not isinstance(payload, PartitionSummary):
+                raise RuntimeError("internal error: a partition of blocks does not start with its summary")
+            summary = payload
+            if not summary.built:  # an empty partition: no block follows
+                continue
+            worker_map = pc.index_in(summary.workers, value_set=workers).to_numpy(zero_copy_only=False)
+            worker_map = worker_map.astype(np.int32)
+            position = {c: i for i, c in enumerate(classes)}
+            class_map = np.array([position.get(c, -1) for c in summary.classes], dtype=np.int32)
+            if (worker_map < 0).any() or (class_map < 0).any():
+                raise RuntimeError("internal error: a worker or class is not in the run's encoding")
+            monotone = bool(np.all(np.diff(class_map) > 0))
+            continue
+        yield _remap_block(payload, worker_map, class_map, monotone)
+
+
+def remapped_blocks(cached, encoding: Encoding):
+    """The RDD of blocks in the run's encoding, read from ``cached`` (:func:`summarized_blocks`), lazily.
+
+    The broadcast of the encoding stays alive while the RDD may be recomputed (it is a few MB at most).
+    """
+    import pyarrow as pa
+
+    sc = cached.sparkSession.sparkContext
+    broadcast = sc.broadcast((pa.array(encoding.workers, type=pa.string()), encoding.classes))
+    return cached.rdd.mapPartitions(partial(_remap_partition, broadcast))

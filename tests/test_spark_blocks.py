@@ -1,0 +1,107 @@
+"""The one-pass Spark reader (crowdspark.io.spark_blocks) builds the local engine's blocks, and its errors."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from crowdspark.block import GoldSplit, build_blocks
+from crowdspark.io.rules import MAX_CLASSES, Encoding, order_classes
+from crowdspark.io.spark_blocks import (
+    PartitionSummary,
+    _partition_pass,
+    _remap_partition,
+    merge_summaries,
+)
+from tests.helpers import DATA
+
+_FIELDS = ("item_ids", "item_keys", "offsets", "item_of_label", "worker", "label", "truth", "fixed")
+
+
+class _Value:
+    def __init__(self, value):
+        self.value = value
+
+
+def _rte_with_gold() -> pd.DataFrame:
+    frame = pd.read_csv(DATA / "rte" / "labels.csv", dtype=str)
+    gold = pd.read_csv(DATA / "rte" / "truth.csv", dtype=str)
+    frame["truth"] = frame["item"].map(dict(zip(gold["item"], gold["truth"])))
+    frame.loc[frame["item"].str.endswith("7"), "truth"] = None  # some items without gold
+    return frame
+
+
+def _passed(frame: pd.DataFrame, parts: int, max_labels: int, split: GoldSplit) -> list[list]:
+    """Each partition's rows (summary first) as the pass emits them, the frame split by item like a shuffle."""
+    out = []
+    shuffled = frame.sample(frac=1.0, random_state=1)
+    part = shuffled["item"].map(hash) % parts
+    for p in range(parts):
+        table = pa.Table.from_pandas(shuffled[part == p], preserve_index=False)
+        batches = iter(table.to_batches(max_chunksize=777))
+        out.append([(b.column(0)[0].as_py(), b.column(1)[0].as_py())
+                    for b in _partition_pass(batches, max_labels, split)])
+    return out
+
+
+def _assert_same_blocks(got, expected) -> None:
+    assert len(got) == len(expected) > 1
+    for a, b in zip(got, expected):
+        for name in _FIELDS:
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+        assert a.duplicate_pairs == b.duplicate_pairs
+
+
+@pytest.mark.parametrize("classes_order", ["sorted", "reversed"])
+def test_the_pass_and_the_remap_build_the_local_engines_blocks(classes_order):
+    """Partition dictionaries, then the run's encoding: the blocks of build_blocks, gold in the fit and held out,
+    also when the configured class order is not the partitions' sorted order (labels re-sorted)."""
+    frame = _rte_with_gold()
+    split = GoldSplit(fit_fraction=0.5, seed=3)
+    classes = order_classes(list(frame["label"].unique()))
+    if classes_order == "reversed":
+        classes = classes[::-1]
+    enc = Encoding(tuple(sorted(frame["worker"].unique())), tuple(classes))
+    parts = _passed(frame, 3, 400, split)
+    summaries = [pickle.loads(rows[0][1]) for rows in parts]
+    assert all(isinstance(s, PartitionSummary) and s.built for s in summaries)
+    merged = merge_summaries(summaries)
+    assert merged.workers.to_pylist() == list(enc.workers)
+    assert merged.rows == len(frame) and merged.items == frame["item"].nunique()
+    assert merged.gold_items == frame.dropna(subset=["truth"])["item"].nunique()
+    assert merged.first_item == min(frame["item"])
+    broadcast = _Value((pa.array(enc.workers, pa.string()), enc.classes))
+    got = [b for rows in parts for b in _remap_partition(broadcast, iter(rows))]
+    truth = enc.class_codes(frame["truth"].fillna("\0none").to_numpy(dtype=object))
+    expected = []
+    for rows in parts:  # the local engine's blocks of each partition's items
+        items = {i for b in _remap_partition(broadcast, iter(rows)) for i in b.item_ids}
+        mask = frame["item"].isin(items).to_numpy()
+        expected += build_blocks(
+            frame["item"].to_numpy(dtype=object)[mask], enc.worker_codes(frame["worker"].to_numpy(dtype=object)[mask]),
+            enc.class_codes(frame["label"].to_numpy(dtype=object)[mask]), truth[mask], max_labels=400, split=split,
+        )
+    _assert_same_blocks(got, expected)
+    assert any((b.fixed >= 0).any() for b in got) and any((b.truth >= 0).any() for b in got)
+
+
+def test_a_partition_with_nulls_or_too_many_labels_builds_nothing_and_counts():
+    frame = pd.DataFrame({"item": ["a", "b", None, "c"], "worker": ["w", None, "w", "v"], "label": list("xyxy")})
+    rows = list(_partition_pass(iter(pa.Table.from_pandas(frame).to_batches()), 100, None))
+    assert len(rows) == 1
+    summary = pickle.loads(rows[0].column(1)[0].as_py())
+    assert summary.nulls == {"item": 1, "worker": 1, "label": 0} and not summary.built and summary.rows == 4
+    n = MAX_CLASSES + 5
+    many = pd.DataFrame({"item": ["a"] * n, "worker": ["w"] * n, "label": [str(i) for i in range(n)]})
+    rows = list(_partition_pass(iter(pa.Table.from_pandas(many).to_batches()), 100, None))
+    summary = pickle.loads(rows[0].column(1)[0].as_py())
+    assert len(rows) == 1 and not summary.built and len(summary.labels) == MAX_CLASSES + 1
+    empty = list(_partition_pass(iter([]), 100, None))
+    assert [(b.column(0)[0].as_py(), b.column(1)[0].as_py()) for b in empty] == [
+        (0, pickle.dumps(PartitionSummary(rows=0, nulls={"item": 0, "worker": 0, "label": 0}), protocol=5))]
+    broadcast = _Value((pa.array(["w"], pa.string()), ("x", "y")))
+    assert list(_remap_partition(broadcast, iter([(0, empty[0].column(1)[0].as_py())]))) == []
