@@ -34,11 +34,12 @@ def _aggregate(*args: str) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
-    """A dds run with gold (levels, calibration), an mv run without gold, and two nights of ds, the second
-    warm-started from the first on more labels."""
+    """A dds run with gold (levels, calibration, quality statistics), an mv run without gold or quality
+    statistics, and two nights of ds, the second warm-started from the first on more labels."""
     root = tmp_path_factory.mktemp("runs")
     _aggregate(*BLUEBIRD, *GOLD, "--algorithm", "dds", "--output", str(root / "gold"), "--report")
-    _aggregate(*BLUEBIRD, "--algorithm", "mv", "--output", str(root / "nogold"), "--report")
+    _aggregate(*BLUEBIRD, "--algorithm", "mv", "--output", str(root / "nogold"), "--report",
+               "--set", "quality.enabled=false")
     labels = pd.read_csv(DATA / "bluebird" / "labels.csv", dtype=str)
     first = root / "first.csv"
     labels.iloc[: len(labels) * 2 // 3].to_csv(first, index=False)
@@ -222,36 +223,8 @@ def test_chromium_opens_the_report_without_console_errors(runs, name, tmp_path):
     assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 20_000
 
 
-@pytest.fixture()
-def quality_run(runs, tmp_path) -> Path:
-    """The gold run with what a run computing quality statistics adds: a ``quality`` section in summary.json,
-    per-item and per-worker columns, a spammer flag and a ranked relabel/ queue (values derived from the run)."""
-    import json
-
-    run = tmp_path / "quality"
-    shutil.copytree(runs["gold"], run)
-    items = pd.read_parquet(run / "items")
-    items["vote_entropy"] = 1.0 - items["confidence"]
-    items.to_parquet(run / "items" / "part-00000.parquet")
-    workers = pd.read_parquet(run / "workers")
-    workers["spammer_score"] = (2 * workers["accuracy"] - 1).clip(0, 1)
-    workers["spammer"] = workers["spammer_score"] < 0.3
-    workers.to_parquet(run / "workers" / "part-00000.parquet")
-    queue = items.sort_values("confidence").reset_index(drop=True)[["item", "label", "confidence"]]
-    queue.insert(0, "rank", np.arange(1, len(queue) + 1))
-    (run / "relabel").mkdir()
-    queue.iloc[::-1].to_parquet(run / "relabel" / "part-00000.parquet")  # written out of order
-    summary = json.loads((run / "summary.json").read_text())
-    reference = collect(str(runs["gold"])).calibration
-    summary["quality"] = {"krippendorff_alpha": 0.25, "class_agreement": {"1": 0.7, "2": 0.6},
-                          "workers": {"spammers": int(workers["spammer"].sum())},
-                          "calibration": {"n_gold": reference.n, "ece": reference.ece,
-                                          "bins": reference.table.to_dict("records")}}
-    (run / "summary.json").write_text(json.dumps(summary))
-    return run
-
-
-def test_the_quality_statistics_are_drawn_when_the_run_has_them(quality_run):
+def test_the_quality_statistics_are_drawn_when_the_run_has_them(runs):
+    quality_run = runs["gold"]
     facts = collect(str(quality_run))
     assert facts.calibration.source.startswith("computed by the run")
     assert list(facts.relabel["rank"]) == list(range(1, 16))
