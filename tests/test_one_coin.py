@@ -68,3 +68,9 @@ def test_a_worker_table_starts_the_listed_workers_from_their_accuracy(temp):  # 
 def test_bad_parameters_are_config_errors(key, value, message):
     with pytest.raises(ConfigError, match=message):
         build_model("one-coin", {key: value}, 3, 2, 0)
+
+
+def test_the_crowd_kit_preset_drops_the_smoothing_and_yields_to_explicit_values():
+    assert build_model("one-coin", {"preset": "crowd-kit"}, 3, 2, 0).smoothing == 1e-10
+    assert build_model("one-coin", {"preset": "crowd-kit", "smoothing": 2.0}, 3, 2, 0).smoothing == 2.0
+    assert build_model("one-coin", {}, 3, 2, 0).smoothing == 0.5

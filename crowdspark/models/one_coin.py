@@ -17,13 +17,13 @@ The objective is the log posterior per label, ``(log p(L | p, alpha) + s * sum_k
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
 
 from crowdspark.io.worker_table import one_coin_confusion
-from crowdspark.models.base import Update
+from crowdspark.models.base import Preset, Update
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.models.common import normalize_rows
 from crowdspark.stats import Stats
@@ -131,3 +131,12 @@ class OneCoinDawidSkene(DawidSkene):
     def worker_start(self, confusion: np.ndarray, accuracy: np.ndarray) -> dict[str, np.ndarray]:
         """``log_pi`` from the table's accuracies (the one-coin matrix of each)."""
         return {"log_pi": one_coin_log_pi(np.asarray(accuracy, dtype=np.float64), self.n_classes)}
+
+
+def crowdkit_estimates(model: OneCoinDawidSkene) -> OneCoinDawidSkene:
+    """``model`` with crowd-kit's unsmoothed M-step (a pseudo-count of 1e-10 keeps every log finite): the body
+    of the ``crowd-kit`` preset."""
+    return replace(model, smoothing=1e-10)
+
+
+OneCoinDawidSkene.presets = {"crowd-kit": Preset(crowdkit_estimates)}
