@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 
 from crowdspark.block import Block
+from crowdspark.models.common import vote_counts
 from crowdspark.stats import Stats
 
 __all__ = [
     "ITEM_COLUMNS",
-    "class_counts",
     "entropy",
     "item_quality",
     "agreement_stats",
@@ -45,7 +45,6 @@ __all__ = [
     "class_agreement_from_stats",
     "calibration_from_stats",
     "spammer_score",
-    "symmetric_confusion",
     "average_confusion",
     "expected_error_reduction",
 ]
@@ -58,12 +57,6 @@ ITEM_COLUMNS = {
     "posterior_entropy": "double",
     "relabel_gain": "double",
 }
-
-
-def class_counts(block: Block, n_classes: int) -> np.ndarray:
-    """``n_ic``: the number of labels of each class on each item, int64 (n, C)."""
-    flat = block.item_of_label.astype(np.int64) * n_classes + block.label
-    return np.bincount(flat, minlength=block.n_items * n_classes).reshape(block.n_items, n_classes)
 
 
 def entropy(shares: np.ndarray) -> np.ndarray:
@@ -89,7 +82,7 @@ def item_quality(block: Block, posterior: np.ndarray, label: np.ndarray, confusi
     dict of str to ndarray, each of shape (n,)
     """
     n_classes = posterior.shape[1]
-    counts = class_counts(block, n_classes)
+    counts = vote_counts(block, n_classes)
     m = counts.sum(axis=1)
     shares = counts / np.maximum(m, 1)[:, None]
     return {
@@ -116,7 +109,7 @@ def agreement_stats(block: Block, label: np.ndarray, n_workers: int, n_classes: 
         ``alpha_class_pairs`` (C,) (``sum_i n_ic (n_ic - 1) / (m_i - 1)``) and ``worker_confusion``
         (K, C, C): labels of each worker by its item's inferred class (row) and the label given (column).
     """
-    counts = class_counts(block, n_classes).astype(np.float64)
+    counts = vote_counts(block, n_classes)
     m = counts.sum(axis=1)
     paired = m >= 2
     counts, m = counts[paired], m[paired]
@@ -230,15 +223,6 @@ def spammer_score(counts: np.ndarray) -> np.ndarray:
     pairs = enough[:, :, None] & enough[:, None, :] & ~np.eye(n_classes, dtype=bool)
     with np.errstate(invalid="ignore", divide="ignore"):
         return (distance * pairs).sum(axis=(1, 2)) / pairs.sum(axis=(1, 2)) / 2
-
-
-def symmetric_confusion(accuracy: np.ndarray, n_classes: int) -> np.ndarray:
-    """The confusion matrices (K, C, C) of one-coin workers: ``accuracy`` (K,) on the diagonal, the rest of each
-    row spread evenly over the other classes."""
-    accuracy = np.asarray(accuracy, dtype=np.float64)
-    off = (1.0 - accuracy) / max(n_classes - 1, 1)
-    eye = np.eye(n_classes)
-    return accuracy[:, None, None] * eye + off[:, None, None] * (1.0 - eye)
 
 
 def average_confusion(confusion: np.ndarray, n_labels: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ import numpy as np
 
 from crowdspark.block import Block
 from crowdspark.config import RunConfig
+from crowdspark.io.worker_table import one_coin_confusion
 from crowdspark.models.base import ItemResult
 from crowdspark.quality import (
     agreement_stats,
@@ -22,7 +23,6 @@ from crowdspark.quality import (
     class_agreement_from_stats,
     item_quality,
     spammer_score,
-    symmetric_confusion,
 )
 from crowdspark.stats import Stats
 
@@ -60,10 +60,10 @@ def quality_block_stats(block: Block, result: ItemResult, n_workers: int, n_bins
 
 def worker_confusions(table: dict[str, np.ndarray], n_classes: int) -> tuple[np.ndarray, str]:
     """Each worker's confusion matrix (K, C, C) and where it comes from: the model's ``confusion`` when its
-    worker table has one, else the one-coin matrix of its ``accuracy`` (:func:`symmetric_confusion`)."""
+    worker table has one, else the one-coin matrix of its ``accuracy`` (:func:`crowdspark.io.worker_table.one_coin_confusion`)."""
     if "confusion" in table:
         return np.asarray(table["confusion"], dtype=np.float64), "confusion"
-    return symmetric_confusion(table["accuracy"], n_classes), "accuracy"
+    return one_coin_confusion(table["accuracy"], n_classes), "accuracy"
 
 
 def worker_quality(stats: Stats, threshold: float) -> dict[str, np.ndarray]:

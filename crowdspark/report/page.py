@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from crowdspark.io.worker_table import one_coin_confusion
 from crowdspark.report import figures
 from crowdspark.report.facts import Histogram, RunFacts
 
@@ -80,9 +81,7 @@ def _worker_matrices(workers: pd.DataFrame, n_classes: int) -> np.ndarray:
     number, the one-coin matrix of its ``accuracy`` (``accuracy`` on the diagonal, the rest spread evenly)."""
     if "confusion" in workers:
         return np.stack([np.stack([np.asarray(row, dtype=float) for row in m]) for m in workers["confusion"]])
-    accuracy = workers["accuracy"].to_numpy(dtype=float)[:, None, None]
-    eye = np.eye(n_classes)[None]
-    return accuracy * eye + (1 - accuracy) * (1 - eye) / (n_classes - 1)
+    return one_coin_confusion(workers["accuracy"].to_numpy(dtype=float), n_classes)
 
 
 def crowd_matrix(workers: pd.DataFrame, n_classes: int) -> np.ndarray:
