@@ -41,6 +41,7 @@ __all__ = [
     "SPARK_ERROR_END",
     "canonical_arrow",
     "canonical_values",
+    "canonical_text",
     "canonical_spark",
     "non_integral_error",
     "unsupported_type_error",
@@ -147,6 +148,20 @@ def canonical_values(series: pd.Series, what: str, source: str, column: str) -> 
         return _mixed_values(series, what, source, column)
     text = canonical_arrow(pa.array(series, from_pandas=True), what, source, column)
     return text.to_numpy(zero_copy_only=False)
+
+
+def canonical_text(series: pd.Series, what: str, source: str, column: str) -> pa.Array:
+    """:func:`canonical_values` as an Arrow string array, without a Python object per cell for columns that
+    are not object columns (Arrow-backed, numeric, boolean).
+
+    Returns
+    -------
+    pyarrow StringArray, shape (n,)
+        Nulls where a value is missing.
+    """
+    if series.dtype == object:
+        return pa.array(canonical_values(series, what, source, column), type=pa.string(), from_pandas=True)
+    return canonical_arrow(pa.array(series, from_pandas=True), what, source, column)
 
 
 def _mixed_values(series: pd.Series, what: str, source: str, column: str) -> np.ndarray:
