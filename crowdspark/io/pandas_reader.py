@@ -50,12 +50,18 @@ __all__ = [
 ]
 
 
-def read_frame(path: str, fmt: str, what: str) -> pd.DataFrame:
+def read_frame(path: str, fmt: str, what: str, dictionary: tuple[str, ...] = ()) -> pd.DataFrame:
     """Read a local file, folder or glob with the pandas reader.
 
     CSV and JSON lines are read as text (:func:`read_csv_file`, :func:`read_json_file`); Parquet keeps its
     column types (as ``pd.ArrowDtype`` columns) for :func:`canonical_frame`.  The files of one CSV input must
     share one header.
+
+    Parameters
+    ----------
+    dictionary : tuple of str
+        Columns that, where Parquet stores them as strings, are read as categoricals from the files'
+        dictionaries (no string per cell; :func:`prepare_labels` encodes them as they are).
 
     Raises
     ------
@@ -65,6 +71,8 @@ def read_frame(path: str, fmt: str, what: str) -> pd.DataFrame:
     files = resolve_local_paths(path, what)
     if fmt == "auto":
         fmt = infer_format(path, files, what)
+    if fmt == "parquet" and dictionary:
+        return _read_parquet_files(files, what, path, dictionary)
     readers = {"csv": read_csv_file, "parquet": _read_parquet_file, "json": read_json_file}
     parts = [(name, readers[fmt](name, what, path)) for name in files]
     parts = [(name, part) for name, part in parts if part is not None]
@@ -249,13 +257,39 @@ def read_json_file(name: str, what: str, source: str) -> pd.DataFrame | None:
 def _read_parquet_file(name: str, what: str, source: str) -> pd.DataFrame:
     """One Parquet file with its Arrow types, every column a column (pandas index metadata ignored, as
     Spark does)."""
+    return _parquet_table(name, what, source).to_pandas(types_mapper=pd.ArrowDtype, ignore_metadata=True)
+
+
+def _parquet_table(name: str, what: str, source: str, dictionary: tuple[str, ...] = ()) -> pa.Table:
+    """One Parquet file as an Arrow table; its string columns among ``dictionary`` as dictionary arrays."""
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(name)
+        if dictionary:
+            schema = pq.read_schema(name)
+            dictionary = tuple(c for c in dictionary if c in schema.names and pa.types.is_string(schema.field(c).type))
+        return pq.read_table(name, read_dictionary=list(dictionary) or None)
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read {what} at {source!r}: file {name!r} is not readable as Parquet: {exc}") from exc
-    return table.to_pandas(types_mapper=pd.ArrowDtype, ignore_metadata=True)
+
+
+def _arrow_or_categorical(kind: pa.DataType):
+    """The pandas type of an Arrow column: a categorical for a dictionary, else ``pd.ArrowDtype``."""
+    return None if pa.types.is_dictionary(kind) else pd.ArrowDtype(kind)
+
+
+def _read_parquet_files(files: list[str], what: str, source: str, dictionary: tuple[str, ...]) -> pd.DataFrame:
+    """Parquet files as one frame whose string columns among ``dictionary`` are categoricals (one set of
+    categories over all the files); files whose schemas Arrow cannot unify are read one by one and
+    concatenated by pandas, as :func:`read_frame` does without ``dictionary``."""
+    tables = [_parquet_table(name, what, source, dictionary) for name in files]
+    try:
+        table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        frames = [t.to_pandas(types_mapper=_arrow_or_categorical, ignore_metadata=True) for t in tables]
+        return pd.concat(frames, ignore_index=True)
+    del tables
+    return table.to_pandas(types_mapper=_arrow_or_categorical, ignore_metadata=True)
 
 
 def _check_unique_header(header: list[str], what: str, source: str, name: str) -> None:
@@ -321,12 +355,17 @@ class Labels:
 def _sorted_categorical(text: pa.Array) -> pd.Categorical:
     """The strings of ``text`` (no null) as a categorical whose categories are sorted (code point order, as
     Python compares strings) and whose codes are int32."""
-    encoded = pc.dictionary_encode(text)
-    order = pc.sort_indices(encoded.dictionary).to_numpy()
+    if pa.types.is_dictionary(text.type):  # distinct categories may share one canonical text: encode them
+        words = pc.dictionary_encode(text.dictionary)
+        indices, dictionary = words.indices.to_numpy()[text.indices.to_numpy()], words.dictionary
+    else:
+        encoded = pc.dictionary_encode(text)
+        indices, dictionary = encoded.indices.to_numpy(), encoded.dictionary
+    order = pc.sort_indices(dictionary).to_numpy()
     rank = np.empty(len(order), dtype=np.int32)
     rank[order] = np.arange(len(order), dtype=np.int32)
-    codes = rank[encoded.indices.to_numpy()]
-    categories = pd.Index(encoded.dictionary.take(order).to_numpy(zero_copy_only=False), dtype=object)
+    codes = rank[indices]
+    categories = pd.Index(dictionary.take(order).to_numpy(zero_copy_only=False), dtype=object)
     return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(categories), validate=False)
 
 

@@ -1,17 +1,20 @@
 """The pandas reader's two CSV paths (pyarrow for files without quotes, Python's strict reader for the others)
 read the same files the same way and refuse the same files with the same messages; the labels it prepares
-are categorical and encode like the strings they hold."""
+are categorical and encode like the strings they hold; Parquet string columns read from their dictionaries
+give the same text."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from crowdspark.config import InputConfig
 from crowdspark.errors import InputError
 from crowdspark.io import pandas_reader
-from crowdspark.io.pandas_reader import prepare_labels, read_csv_file
+from crowdspark.io.cells import canonical_text, canonical_values
+from crowdspark.io.pandas_reader import prepare_labels, read_csv_file, read_frame
 
 CASES = {
     "plain": b"item,worker,label\n1,a,x\n2,b,y\n",
@@ -78,3 +81,44 @@ def test_prepared_labels_are_sorted_categoricals():
     assert labels.encoding.workers == ("w1", "w10", "w2")
     assert labels.encoding.classes == ("0", "1", "2", "10")
     assert labels.frame["item"].cat.codes.dtype.itemsize <= np.dtype(np.int32).itemsize
+
+
+def _write_parquet(path, columns: dict) -> None:
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table(columns), path, row_group_size=2)
+
+
+def test_parquet_dictionary_columns_read_as_the_strings(tmp_path):
+    folder = tmp_path / "labels"
+    folder.mkdir()
+    _write_parquet(folder / "a.parquet", {"item": ["1", "2", "3"], "worker": ["w2", "w1", "w2"], "label": [1, 0, 1]})
+    _write_parquet(folder / "b.parquet", {"item": ["4", "5", "6"], "worker": ["w3", "w1", None], "label": [0, 0, 2]})
+    plain = read_frame(str(folder), "parquet", "labels")
+    coded = read_frame(str(folder), "parquet", "labels", dictionary=("worker", "label", "absent"))
+    assert isinstance(coded["worker"].dtype, pd.CategoricalDtype)  # a string column
+    assert not isinstance(coded["label"].dtype, pd.CategoricalDtype)  # an integer column keeps its type
+    for column in ("item", "worker", "label"):
+        assert canonical_values(coded[column], "labels", "src", column).tolist() == \
+            canonical_values(plain[column], "labels", "src", column).tolist()
+    with pytest.raises(InputError, match="column 'worker' has 1 null"):
+        prepare_labels(coded, InputConfig(), "src")
+
+
+def test_parquet_files_arrow_cannot_unify_are_concatenated_by_pandas(tmp_path):
+    folder = tmp_path / "labels"
+    folder.mkdir()
+    _write_parquet(folder / "a.parquet", {"item": [1, 2], "worker": ["w1", "w2"], "label": ["x", "y"]})
+    _write_parquet(folder / "b.parquet", {"item": ["3", "4"], "worker": ["w1", "w3"], "label": ["y", "y"]})
+    labels = prepare_labels(read_frame(str(folder), "parquet", "labels", dictionary=("worker", "label")),
+                            InputConfig(), "src")
+    assert labels.frame["item"].astype(object).tolist() == ["1", "2", "3", "4"]
+    assert labels.encoding.workers == ("w1", "w2", "w3")
+
+
+def test_categorical_cells_have_the_text_of_their_values():
+    values = pd.Series(pd.Categorical([266.0, 1.0, None, 266.0], categories=[0.5, 1.0, 266.0]))
+    text = canonical_text(values, "labels", "src", "item")  # the unused 0.5 is not a value: not refused
+    assert text.to_pylist() == ["266", "1", None, "266"]
+    with pytest.raises(InputError, match="0.5"):
+        canonical_text(pd.Series(pd.Categorical([0.5, 1.0])), "labels", "src", "item")
