@@ -50,12 +50,13 @@ def _outcome(read):
     return list(frame.columns), [[None if pd.isna(v) else v for v in frame[c]] for c in frame.columns]
 
 
+@pytest.mark.parametrize("dictionary", [(), ("worker", "label")])
 @pytest.mark.parametrize("name", list(CASES))
-def test_arrow_and_python_csv_readers_agree(name, tmp_path, monkeypatch):
+def test_arrow_and_python_csv_readers_agree(name, dictionary, tmp_path, monkeypatch):
     path = tmp_path / "labels.csv"
     path.write_bytes(CASES[name])
-    fast = _outcome(lambda: read_csv_file(str(path), "labels", "src"))
-    monkeypatch.setattr(pandas_reader, "_read_csv_arrow", lambda _: None)
+    fast = _outcome(lambda: read_csv_file(str(path), "labels", "src", dictionary))
+    monkeypatch.setattr(pandas_reader, "_read_csv_arrow", lambda *_: None)
     slow = _outcome(lambda: read_csv_file(str(path), "labels", "src"))
     assert fast == slow
 
@@ -122,3 +123,13 @@ def test_categorical_cells_have_the_text_of_their_values():
     assert text.to_pylist() == ["266", "1", None, "266"]
     with pytest.raises(InputError, match="0.5"):
         canonical_text(pd.Series(pd.Categorical([0.5, 1.0])), "labels", "src", "item")
+
+
+def test_csv_dictionary_columns_are_categoricals(tmp_path):
+    path = tmp_path / "labels.csv"
+    path.write_bytes(CASES["empty cell"])
+    frame = read_csv_file(str(path), "labels", "src", ("worker", "label"))
+    assert isinstance(frame["worker"].dtype, pd.CategoricalDtype)
+    assert isinstance(frame["label"].dtype, pd.CategoricalDtype)
+    assert not isinstance(frame["item"].dtype, pd.CategoricalDtype)
+    assert canonical_text(frame["worker"], "labels", "src", "worker").to_pylist() == [None, "b"]

@@ -8,6 +8,7 @@ parsers (strict RFC 4180 quoting, one record per line), Parquet with its Arrow t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from operator import itemgetter, methodcaller
 
 import numpy as np
@@ -60,8 +61,9 @@ def read_frame(path: str, fmt: str, what: str, dictionary: tuple[str, ...] = ())
     Parameters
     ----------
     dictionary : tuple of str
-        Columns that, where Parquet stores them as strings, are read as categoricals from the files'
-        dictionaries (no string per cell; :func:`prepare_labels` encodes them as they are).
+        Columns read as categoricals where the reader can (no string per cell; :func:`prepare_labels` encodes
+        them as they are): Parquet string columns from the files' dictionaries, the columns of CSV files that
+        pyarrow reads.
 
     Raises
     ------
@@ -73,7 +75,8 @@ def read_frame(path: str, fmt: str, what: str, dictionary: tuple[str, ...] = ())
         fmt = infer_format(path, files, what)
     if fmt == "parquet" and dictionary:
         return _read_parquet_files(files, what, path, dictionary)
-    readers = {"csv": read_csv_file, "parquet": _read_parquet_file, "json": read_json_file}
+    readers = {"csv": partial(read_csv_file, dictionary=dictionary), "parquet": _read_parquet_file,
+               "json": read_json_file}
     parts = [(name, readers[fmt](name, what, path)) for name in files]
     parts = [(name, part) for name, part in parts if part is not None]
     if fmt == "csv":
@@ -94,11 +97,12 @@ def _open_text(name: str):
     return opener(name, "rt", encoding="utf-8-sig", newline="")
 
 
-def read_csv_file(name: str, what: str, source: str) -> pd.DataFrame | None:
+def read_csv_file(name: str, what: str, source: str, dictionary: tuple[str, ...] = ()) -> pd.DataFrame | None:
     """One CSV file as text, as Spark reads CSV (RFC 4180 quoting, one record per line).
 
     Every cell is the string between the commas, unquoted (``""`` inside quotes is one quote); an empty
-    cell, quoted or not, is null.  ``None`` for an empty file.
+    cell, quoted or not, is null.  ``None`` for an empty file.  The columns named in ``dictionary`` are
+    categoricals when pyarrow reads the file (:func:`_read_csv_arrow`).
 
     Raises
     ------
@@ -109,10 +113,10 @@ def read_csv_file(name: str, what: str, source: str) -> pd.DataFrame | None:
     """
     import csv
 
-    table = _read_csv_arrow(name)
+    table = _read_csv_arrow(name, dictionary)
     if table is not None:
         _check_unique_header(table.column_names, what, source, name)
-        return table.to_pandas(types_mapper=pd.ArrowDtype)
+        return table.to_pandas(types_mapper=_arrow_or_categorical)
     try:
         with _open_text(name) as handle:
             reader = csv.reader(handle, strict=True)
@@ -162,7 +166,7 @@ def _csv_header(head: bytes) -> list[str] | None:
     return text.split(",") if text else None
 
 
-def _read_csv_arrow(name: str):
+def _read_csv_arrow(name: str, dictionary: tuple[str, ...] = ()):
     """A CSV file without any quote character, read by pyarrow's CSV reader with every column as text
     (the rules of :func:`read_csv_file`: without quotes, a cell is the text between the commas).
 
@@ -174,7 +178,8 @@ def _read_csv_arrow(name: str):
     Returns
     -------
     pyarrow.Table or None
-        String columns named by the header; empty cells are null.
+        String columns named by the header (dictionary arrays for those in ``dictionary``); empty cells are
+        null.
     """
     import mmap
 
@@ -188,7 +193,9 @@ def _read_csv_arrow(name: str):
             header = None if data.find(b'"') >= 0 else _csv_header(data[: 1 << 20])
         if header is None or len(set(header)) != len(header):
             return None
-        convert = pacsv.ConvertOptions(column_types={column: pa.string() for column in header},
+        coded = pa.dictionary(pa.int32(), pa.string())
+        types = {column: coded if column in dictionary else pa.string() for column in header}
+        convert = pacsv.ConvertOptions(column_types=types,
                                        strings_can_be_null=True, null_values=[""])
         return pacsv.read_csv(name, convert_options=convert)
     except (OSError, ValueError, pa.ArrowInvalid):  # an empty file cannot be mapped; Python's reader decides
