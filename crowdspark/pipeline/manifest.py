@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+import os
 from typing import Any
 
 from crowdspark.errors import ConfigError, InputError
@@ -96,6 +97,16 @@ def _previous_manifest(run_path: str | None, spark: Any) -> dict[str, Any] | Non
     return inputs if isinstance(inputs, dict) else None
 
 
+def _absolute_paths(inputs: dict[str, Any]) -> dict[str, str]:
+    """The local input paths (``labels``, ``gold``) made absolute, so that the summary names them from anywhere."""
+    paths = {}
+    for what in ("labels", "gold"):
+        path = inputs.get(what)
+        if isinstance(path, str) and not path.startswith("<") and "://" not in path and not path.startswith("file:"):
+            paths[what] = os.path.abspath(path)
+    return paths
+
+
 def run_manifest(
     prepared_inputs: dict[str, Any],
     signature: dict[str, Any],
@@ -113,6 +124,7 @@ def run_manifest(
     """
     manifest: dict[str, Any] = {
         **prepared_inputs,
+        **_absolute_paths(prepared_inputs),
         "run_id": run_id,
         "as_of": as_of.isoformat(),
         "files": {what: {k: v for k, v in entry.items() if k != "path"}
