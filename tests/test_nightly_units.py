@@ -80,6 +80,19 @@ def test_a_second_holder_is_refused_and_a_dead_holders_lock_taken_over(tmp_path,
     assert OutputLock(LocalFiles(), destination, stale_after=0).acquire() is None  # too old: taken over
 
 
+def test_two_runs_never_share_a_checkpoint_folder_at_once(log_csv, tmp_path):
+    checkpoints = tmp_path / "checkpoints"
+    config = load_config(overrides=[f"engine.checkpoint_dir={checkpoints}", "engine.checkpoint_every=2"],
+                         algorithm="ds")
+    OutputLock(LocalFiles(), str(checkpoints)).acquire()  # a live run of this process holds the folder
+    with pytest.raises(ConfigError, match=r"another run is writing .*checkpoints' \(process \d+ on "):
+        aggregate(config, log_csv[0], str(tmp_path / "a"), log_csv[1])
+    assert not (tmp_path / "a").exists()
+    os.remove(lock_path(str(checkpoints)))
+    aggregate(config, log_csv[0], str(tmp_path / "b"), log_csv[1])
+    assert not os.path.exists(lock_path(str(checkpoints)))  # released when the run is done
+
+
 @pytest.fixture(scope="module")
 def log_csv(tmp_path_factory):
     """Six days of a small crowd as one CSV file with a date column (no partition folders: pandas reads it)."""

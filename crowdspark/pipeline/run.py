@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
-from contextlib import contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -201,8 +201,8 @@ def preflight(config: RunConfig, labels_path: str, output_dir: str | None, gold_
     if all(is_local(path) for path in paths if path):
         plan = _plan(config, labels_path, output_dir, gold_path, None, warm_start, run_id, as_of, full_refit,
                      initial_workers)
-        if plan.destination is not None:
-            _lock(plan.destination, config, None).check_free()
+        for lock in _locks(plan.destination, config, None):
+            lock.check_free()
 
 
 def aggregate(
@@ -262,8 +262,9 @@ def aggregate(
     """
     plan = _plan(config, labels_path, output_dir, gold_path, spark, warm_start, run_id, as_of, full_refit,
                  initial_workers)
-    lock = _lock(plan.destination, config, spark) if plan.destination else None
-    with lock or _no_lock():
+    with ExitStack() as held:
+        for lock in _locks(plan.destination, config, spark):
+            held.enter_context(lock)
         recovered = recover(plan.destination, spark) if plan.destination else None
         if output_dir is not None and run_id is not None:
             make_run_root(output_dir, spark)
@@ -292,13 +293,15 @@ def _table_path(plan: _Plan) -> str | None:
     return plan.table.source if plan.table is not None else None
 
 
-def _lock(destination: str, config: RunConfig, spark: Any) -> OutputLock:
-    return OutputLock(files_for(destination, spark), destination, config.nightly.lock_stale_hours * 3600)
-
-
-@contextmanager
-def _no_lock():
-    yield
+def _locks(destination: str | None, config: RunConfig, spark: Any) -> list[OutputLock]:
+    """One writer per output and per ``engine.checkpoint_dir``: the locks the run holds until it is done."""
+    stale = config.nightly.lock_stale_hours * 3600
+    locks = [OutputLock(files_for(destination, spark), destination, stale)] if destination else []
+    checkpoints = config.engine.checkpoint_dir
+    if checkpoints and is_local(checkpoints):
+        folder = strip_file_scheme(checkpoints)
+        locks.append(OutputLock(files_for(folder, None), folder, stale))
+    return locks
 
 
 def _fit_window(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
