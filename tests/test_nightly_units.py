@@ -114,7 +114,8 @@ def test_nights_backfill_missing_day_and_retention_on_the_local_engine(log_csv, 
     out = tmp_path / "runs"
     first = night(log_csv, out, 0)
     assert first["warm_start"]["used"] is False and first["inputs"]["days"] == {"2026-11-01": 300}
-    assert first["inputs"]["missing_days"] == ["2026-10-30", "2026-10-31"]
+    assert first["inputs"]["missing_days"] == [] and not first["warnings"]  # the lake begins on 2026-11-01
+    assert first["inputs"]["days_before_data"] == ["2026-10-30", "2026-10-31"]
     for day in (1, 2, 3):
         summary = night(log_csv, out, day)
         assert summary["warm_start"] == {"source": str(out / f"run_id=2026-11-0{day}"), "used": True}

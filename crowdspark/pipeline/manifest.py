@@ -107,6 +107,24 @@ def _absolute_paths(inputs: dict[str, Any]) -> dict[str, str]:
     return paths
 
 
+def _missing_days(manifest: dict[str, Any], window: Window, days: dict[str, int], first_run: bool) -> None:
+    """The window's days without labels (``missing_days``, a warning).  On an output's first run, the days
+    before its first labelled day are the days before the data began (``days_before_data``, logged), not gaps."""
+    missing = [day for day in window.days() if day not in days]
+    if first_run and days:
+        first = min(days)
+        manifest["days_before_data"] = [day for day in missing if day < first]
+        missing = [day for day in missing if day > first]
+        if manifest["days_before_data"]:
+            log.info("the labels begin on %s: %d earlier day(s) of the window precede the data", first,
+                     len(manifest["days_before_data"]))
+    manifest["missing_days"] = missing
+    if missing:
+        message = f"no labels for {len(missing)} day(s) of the window: {missing[:10]}"
+        log.warning("%s", message)
+        manifest["warnings"].append(message)
+
+
 def run_manifest(
     prepared_inputs: dict[str, Any],
     signature: dict[str, Any],
@@ -131,17 +149,11 @@ def run_manifest(
                   for what, entry in signature.items() if isinstance(entry, dict)},
         "warnings": [],
     }
+    previous = _previous_manifest(previous_path, spark)
     if window is not None:
         manifest["window"] = {"column": window.column, "start": window.start and window.start.isoformat(),
                               "end": window.end.isoformat()}
-        days = prepared_inputs.get("days", {})
-        missing = [day for day in window.days() if day not in days]
-        manifest["missing_days"] = missing
-        if missing:
-            message = f"no labels for {len(missing)} day(s) of the window: {missing[:10]}"
-            log.warning("%s", message)
-            manifest["warnings"].append(message)
-    previous = _previous_manifest(previous_path, spark)
+        _missing_days(manifest, window, prepared_inputs.get("days", {}), first_run=previous is None)
     if warm_path:
         manifest["warm_start"] = warm_path
     if previous is not None:
