@@ -15,7 +15,7 @@ the Spark engine through the same shared runner as the command line
 >>> model.summary["counts"]["items"], model.summary["classes"]
 (2, ['x', 'y'])
 >>> sorted(model.workers.columns)
-['accuracy', 'agreement', 'confusion', 'n_labels', 'spammer', 'spammer_score', 'worker']
+['accuracy', 'agreement', 'confusion', 'n_labels', 'spammer', 'spammer_probability', 'spammer_score', 'worker']
 
 The classes
 -----------

@@ -22,6 +22,7 @@ from crowdspark.quality import (
     calibration_stats,
     class_agreement_from_stats,
     item_quality,
+    spammer_probability,
     spammer_score,
 )
 from crowdspark.stats import Stats
@@ -73,14 +74,16 @@ def worker_quality(stats: Stats, threshold: float) -> dict[str, np.ndarray]:
     -------
     dict
         ``agreement`` (share of the worker's labels equal to its item's inferred class), ``spammer_score``
-        (:func:`crowdspark.quality.spammer_score`, NaN without enough labels) and ``spammer`` (score below
-        ``threshold``).
+        (:func:`crowdspark.quality.spammer_score`, NaN without enough labels), ``spammer_probability``
+        (:func:`crowdspark.quality.spammer_probability`, NaN when agreement tells nothing) and ``spammer``
+        (probability above ``threshold``).
     """
     counts = np.asarray(stats["worker_confusion"])
     with np.errstate(invalid="ignore", divide="ignore"):
         agreement = np.trace(counts, axis1=1, axis2=2) / counts.sum(axis=(1, 2))
-    score = spammer_score(counts)
-    return {"agreement": agreement, "spammer_score": score, "spammer": np.nan_to_num(score, nan=1.0) < threshold}
+    probability = spammer_probability(counts)
+    return {"agreement": agreement, "spammer_score": spammer_score(counts), "spammer_probability": probability,
+            "spammer": np.nan_to_num(probability, nan=0.0) > threshold}
 
 
 def _mean(values: np.ndarray, weights: np.ndarray) -> float | None:
@@ -93,7 +96,7 @@ def quality_summary(stats: Stats, workers: dict[str, np.ndarray], classes: tuple
     """``summary.json``'s ``quality`` section (docs/quality.md, "summary.json")."""
     agreement = class_agreement_from_stats(stats)
     labels = np.asarray(stats["worker_confusion"], dtype=np.float64).sum(axis=(1, 2))
-    scored = np.isfinite(workers["spammer_score"])
+    scored = np.isfinite(workers["spammer_probability"])
     flagged = np.asarray(workers["spammer"], dtype=bool)
     out: dict[str, Any] = {
         "krippendorff_alpha": alpha_from_stats(stats),
@@ -105,7 +108,8 @@ def quality_summary(stats: Stats, workers: dict[str, np.ndarray], classes: tuple
             "spammers": int(flagged.sum()),
             "spammer_labels": int(labels[flagged].sum()),
             "mean_agreement": _mean(np.nan_to_num(workers["agreement"]), labels),
-            "mean_spammer_score": _mean(np.nan_to_num(workers["spammer_score"]), np.where(scored, labels, 0)),
+            "mean_spammer_score": _mean(np.nan_to_num(workers["spammer_score"]),
+                                        np.where(np.isfinite(workers["spammer_score"]), labels, 0)),
         },
         "relabel": {"budget": config.relabel.budget, "order": ["relabel_gain desc", "confidence asc", "item asc"]},
     }
