@@ -27,6 +27,8 @@ Notation: ``n`` items in the block, ``m`` labels, ``K`` workers, ``C`` classes, 
   ``q ~ Uniform(p0_k, 1)``, with prior odds 1 (:func:`spammer_probability`).
 * Expected error reduction of one more label, from a worker of the run's average confusion ``pi`` (C, C):
   ``sum_y max_c p_c pi_cy - max_c p_c`` for an item whose posterior is ``p``.
+* Margin: ``p_(1) - p_(2)``, the gap between an item's two most probable classes (what one more label
+  contests); the relabel queue's order.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ __all__ = [
     "spammer_probability",
     "average_confusion",
     "expected_error_reduction",
+    "margin",
 ]
 
 #: the ``items/`` columns :func:`item_quality` adds, with their Spark SQL types
@@ -62,6 +65,7 @@ ITEM_COLUMNS = {
     "agreement": "double",
     "posterior_entropy": "double",
     "relabel_gain": "double",
+    "margin": "double",
 }
 
 
@@ -97,6 +101,7 @@ def item_quality(block: Block, posterior: np.ndarray, label: np.ndarray, confusi
         "agreement": shares[np.arange(block.n_items), label],
         "posterior_entropy": entropy(posterior),
         "relabel_gain": expected_error_reduction(posterior, confusion),
+        "margin": margin(posterior),
     }
 
 
@@ -299,3 +304,19 @@ def expected_error_reduction(posterior: np.ndarray, confusion: np.ndarray) -> np
     best = posterior.argmax(axis=1)
     # sum_y joint[best, y] = max_c p_c: written per y, the gain is exactly 0 when no label changes the class
     return (joint.max(axis=1) - joint[np.arange(posterior.shape[0]), best]).sum(axis=1)
+
+
+def margin(posterior: np.ndarray) -> np.ndarray:
+    """The gap between each item's two most probable classes, ``p_(1) - p_(2)``.
+
+    Parameters
+    ----------
+    posterior : ndarray of float64, shape (n, C), C >= 2
+
+    Returns
+    -------
+    ndarray of float64, shape (n,)
+        In [0, 1]; ``2 max_c p_c - 1`` for two classes.
+    """
+    top = np.partition(posterior, posterior.shape[1] - 2, axis=1)[:, -2:]
+    return top[:, 1] - top[:, 0]

@@ -4,7 +4,9 @@ For each dataset and seed: hide one label, chosen at random, of every item with 
 rest; then "relabel" the first 5% and 10% of the items (of those with a hidden label) by three orders, giving
 each chosen item its hidden label back, refit, and count the gold items the refit answers right that the
 first fit answered wrong, net (errors before - errors after).  The orders: the relabel queue (``relabel/``:
-expected error reduction, then lowest confidence), lowest confidence alone, and a random order.
+smallest margin between the two most probable classes, then lowest confidence), the expected error reduction
+of one label from the run's average worker (``relabel_gain``, then lowest confidence), lowest confidence
+alone, and a random order.
 
 Example (docs/quality.md's table)::
 
@@ -28,7 +30,7 @@ from crowdspark.pipeline.quality import relabel_queue
 log = logging.getLogger("crowdspark.jobs.relabel_experiment")
 
 DATA = Path(__file__).resolve().parent.parent / "data"
-ORDERS = ("queue", "lowest confidence", "random")
+ORDERS = ("queue", "expected error reduction", "lowest confidence", "random")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -59,6 +61,9 @@ def _chosen(items: pd.DataFrame, candidates: set[str], order: str, n: int, seed:
     pool = items[items["item"].isin(candidates)]
     if order == "queue":
         ranked = relabel_queue(pool, 0)
+    elif order == "expected error reduction":
+        ranked = pool.sort_values(["relabel_gain", "confidence", "item"], ascending=[False, True, True],
+                                  kind="mergesort")
     elif order == "lowest confidence":
         ranked = pool.sort_values(["confidence", "item"], kind="mergesort")
     else:

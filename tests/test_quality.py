@@ -22,6 +22,7 @@ from crowdspark.quality import (
     calibration_from_stats,
     calibration_stats,
     expected_error_reduction,
+    margin,
     spammer_probability,
     spammer_score,
 )
@@ -119,6 +120,13 @@ def test_expected_error_reduction_is_the_bayes_update_of_one_label():
     assert expected_error_reduction(certain, confusion)[0] == 0.0
 
 
+def test_margin_is_the_gap_between_the_two_most_probable_classes():
+    posterior = np.array([[0.2, 0.5, 0.3], [0.1, 0.1, 0.8], [0.4, 0.4, 0.2]])
+    np.testing.assert_allclose(margin(posterior), [0.2, 0.7, 0.0], atol=1e-15)
+    binary = np.random.default_rng(3).dirichlet([1, 1], size=50)
+    np.testing.assert_allclose(margin(binary), 2 * binary.max(axis=1) - 1, atol=1e-15)
+
+
 def test_spammer_score_perfect_worker_one_and_uniform_spammer_near_zero():
     perfect = np.array([[[30, 0], [0, 30]]])
     assert spammer_score(perfect)[0] == pytest.approx(1.0)
@@ -192,7 +200,7 @@ def test_run_outputs_quality_columns_summary_and_relabel_queue(tmp_path):
     assert {"agreement", "spammer_score", "spammer_probability", "spammer"} <= set(workers.columns)
     assert list(relabel.columns) == list(RELABEL_COLUMNS) and len(relabel) == 7
     assert relabel["rank"].tolist() == list(range(1, 8))
-    top = items.sort_values(["relabel_gain", "confidence", "item"], ascending=[False, True, True]).head(7)
+    top = items.sort_values(["margin", "confidence", "item"]).head(7)
     assert relabel["item"].tolist() == top["item"].tolist()
     assert (items["n_labels"] == 10).all()
     assert np.all(items["posterior_entropy"] >= 0) and np.all(items["vote_entropy"] <= np.log(2) + 1e-12)
@@ -225,9 +233,9 @@ def test_pandas_api_exposes_the_same_numbers():
 
     labels = _labels("temp").rename(columns={"item": "task"})
     model = DawidSkene().fit(labels)
-    run = aggregate_frames(_config(algorithm="ds"), _labels("temp"))
+    run = aggregate_frames(_config("relabel.budget=0", algorithm="ds"), _labels("temp"))
     assert model.quality_ == run.summary["quality"]
-    assert len(model.relabel_) == len(run.items)
+    assert model.quality_["relabel"]["budget"] == 0 and len(model.relabel_) == len(run.items)
     assert list(model.relabel_.columns) == ["rank", "task", *RELABEL_COLUMNS[2:]]
     np.testing.assert_allclose(model.workers_["spammer_score"].to_numpy(), run.workers["spammer_score"].to_numpy())
 
@@ -268,6 +276,24 @@ def _close(a, b) -> bool:
         return True
     assert a == b
     return True
+
+
+@pytest.mark.spark
+def test_spark_queue_of_every_item_is_numbered_across_partitions(spark):
+    run = aggregate_frames(_config(algorithm="ds"), _labels("rte"))
+    columns = list(RELABEL_COLUMNS[1:])
+    items = spark.createDataFrame(run.items[columns]).repartition(4)
+    key = "spark.sql.adaptive.coalescePartitions.enabled"  # else the small sort is coalesced into one partition
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, "false")
+    try:
+        queue = relabel_queue(items, 0)
+        assert queue.rdd.getNumPartitions() > 1
+        got = queue.toPandas()
+    finally:
+        spark.conf.unset(key) if before is None else spark.conf.set(key, before)
+    pd.testing.assert_frame_equal(got.sort_values("rank").reset_index(drop=True), relabel_queue(run.items, 0),
+                                  check_dtype=False)
 
 
 @pytest.mark.spark
