@@ -52,8 +52,8 @@ table, so ``transform`` of the training labels equals ``model.items``.  For the 
 is NaN): close, not identical; use ``model.items`` for the fit's own answers.  Models whose per-item
 results need per-item state (collapsed VI) refuse ``transform`` with a ``ConfigError``.  A model fitted
 with the quality signals (docs/quality.md) adds the per-item quality columns of the scored labels
-(``n_labels``, ``vote_entropy``, ``agreement``, ``posterior_entropy``, ``relabel_gain``, the last from the
-fitted workers' label-weighted average confusion, as in the item table).  Labels outside
+(``n_labels``, ``vote_entropy``, ``agreement``, ``posterior_entropy``, ``relabel_gain`` from the fitted
+workers' label-weighted average confusion as in the item table, ``margin``).  Labels outside
 the fitted classes are an error; workers not seen at fit time are an error unless
 ``handleUnknownWorkers="skip"`` (their labels are then ignored).
 
