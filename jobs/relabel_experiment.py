@@ -103,6 +103,16 @@ def table(rows: list[dict]) -> pd.DataFrame:
     return pd.concat([before, mean[list(ORDERS)]], axis=1).reset_index()
 
 
+def paired(rows: list[dict], first: str, second: str) -> pd.DataFrame:
+    """Per fraction, over every (dataset, seed): how often order ``first`` fixed more, as many and fewer errors
+    than order ``second``."""
+    frame = pd.DataFrame(rows).pivot_table(index=["fraction", "dataset", "seed"], columns="order", values="fixed")
+    difference = frame[first] - frame[second]
+    return pd.DataFrame({"more": (difference > 0).groupby("fraction").sum(),
+                         "as many": (difference == 0).groupby("fraction").sum(),
+                         "fewer": (difference < 0).groupby("fraction").sum()}).reset_index()
+
+
 def markdown(frame: pd.DataFrame) -> str:
     """``frame`` as a Markdown table, floats with one decimal."""
     def cell(value) -> str:
@@ -127,6 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     totals = result.groupby("fraction", sort=False)[list(ORDERS)].sum().reset_index()
     print("\nsum over datasets of the mean errors fixed:")
     print(markdown(totals))
+    print("\n(dataset, seed) pairs where the queue fixed more, as many or fewer errors than lowest confidence:")
+    pairs = paired(rows, "queue", "lowest confidence")
+    pairs["fraction"] = [f"{100 * f:g}%" for f in pairs["fraction"]]
+    print(markdown(pairs))
     return 0
 
 
