@@ -417,6 +417,9 @@ def test_spark_nights_give_the_local_nights_answers(spark, lake, tmp_path, small
         x, y = table(tmp_path / "local", SPEC.date(7), name), table(tmp_path / "spark", SPEC.date(7), name)
         assert sorted(x["item"]) == sorted(y["item"])
     assert_same_answers(table(tmp_path / "local", SPEC.date(7), "items"), table(tmp_path / "spark", SPEC.date(7), "items"))
+    # read with Spark, the whole answer is the same
+    assert_same_answers(read_items(str(tmp_path / "spark"), spark).toPandas(), table(tmp_path / "local", SPEC.date(7),
+                                                                                  "items"))
     a, b = carried_of(tmp_path / "local", SPEC.date(7)), carried_of(tmp_path / "spark", SPEC.date(7))
     assert a.n_items == b.n_items and a.n_labels == b.n_labels
 

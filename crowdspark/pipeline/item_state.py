@@ -41,7 +41,6 @@ from crowdspark.engine.carry import label_sums
 from crowdspark.errors import InputError
 from crowdspark.io.datatree import tree_from_bytes, tree_to_bytes
 from crowdspark.io.rules import Encoding
-from crowdspark.io.tables import write_table
 from crowdspark.stats import Stats, add_stats, sum_stats
 
 __all__ = [
@@ -168,20 +167,71 @@ def _pandas(table: Any) -> pd.DataFrame:
     return table if isinstance(table, pd.DataFrame) else table.to_pandas()
 
 
+#: rows per Parquet row group of a local state table: a night reads only the groups whose key range holds a
+#: touched item
+STATE_ROW_GROUP = 4096
+
+
 def write_state(table: Any, directory: str, spark: Any) -> None:
-    """Write an item state table as Parquet."""
+    """Write an item state table as Parquet, sorted by item (within each Spark partition), so that the row
+    groups' key statistics let a later night skip the groups without a touched item."""
     import pyarrow as pa
 
-    from crowdspark.io.paths import is_local
+    from crowdspark.io.paths import is_local, strip_file_scheme
 
     if _is_spark(table):
-        table.write.mode("overwrite").parquet(directory)
-    elif is_local(directory):
-        write_table(table if isinstance(table, pa.Table) else pa.Table.from_pandas(table, schema=_arrow_state_schema(),
-                                                                                  preserve_index=False),
-                    directory, "parquet")
+        table.sortWithinPartitions("item").write.mode("overwrite").parquet(directory)
+        return
+    if not isinstance(table, pa.Table):
+        table = pa.Table.from_pandas(table, schema=_arrow_state_schema(), preserve_index=False)
+    table = table.sort_by("item")
+    if is_local(directory):
+        import pyarrow.parquet as pq
+
+        os.makedirs(strip_file_scheme(directory), exist_ok=True)
+        pq.write_table(table, os.path.join(strip_file_scheme(directory), "part-00000.parquet"),
+                       row_group_size=STATE_ROW_GROUP)
     else:
-        spark.createDataFrame(_pandas(table), STATE_SCHEMA).coalesce(1).write.mode("overwrite").parquet(directory)
+        spark.createDataFrame(table.to_pandas(), STATE_SCHEMA).coalesce(1).write.mode("overwrite").parquet(directory)
+
+
+def _rows_of_items(directory: str, items: Any) -> Any:
+    """The rows of the local Parquet state table at ``directory`` whose ``item`` is in ``items`` (a pyarrow
+    string array), reading only the row groups whose ``item`` range can hold one of them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from crowdspark.io.paths import strip_file_scheme
+
+    wanted = np.sort(np.asarray(items.to_pylist(), dtype=object).astype(str))
+    folder = strip_file_scheme(directory)
+    parts = []
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".parquet"))
+        for name in names:
+            handle = pq.ParquetFile(os.path.join(folder, name))
+            column = handle.schema_arrow.get_field_index("item")
+            groups = [g for g in range(handle.num_row_groups)
+                      if _may_hold(handle.metadata.row_group(g).column(column).statistics, wanted)]
+            if groups:
+                parts.append(handle.read_row_groups(groups))
+    except Exception as exc:  # noqa: BLE001 - any reader's failure means the same to the user
+        raise InputError(f"cannot read an earlier run's item state at {directory!r} ({type(exc).__name__}: "
+                         f"{str(exc)[:300]}); run a full refit (--full-refit)") from exc
+    if not parts:
+        return _arrow_state_schema().empty_table()
+    table = pa.concat_tables(parts)
+    return table.filter(pc.is_in(table["item"], value_set=items))
+
+
+def _may_hold(statistics: Any, wanted: np.ndarray) -> bool:
+    """Whether a row group with these ``item`` statistics can hold one of the sorted keys ``wanted``."""
+    if statistics is None or not statistics.has_min_max:
+        return True
+    low, high = str(statistics.min), str(statistics.max)
+    first = np.searchsorted(wanted, low, side="left")
+    return bool(first < len(wanted) and wanted[first] <= high)
 
 
 def revisit_summary(rows: Any) -> tuple[int, int, list[str]]:
@@ -360,8 +410,7 @@ def state_rows(index: Any, touched: Any, runs: list[str], spark: Any) -> Any:
     frames = []
     for o in ordinals:
         wanted = hits.filter(pc.equal(hits["run"], pa.scalar(int(o), pa.int32())))["item"]
-        delta = read_table(state_path(runs[int(o)]), None, "an earlier run's item state")
-        frames.append(delta.filter(pc.is_in(delta["item"], value_set=wanted)))
+        frames.append(_rows_of_items(state_path(runs[int(o)]), wanted.combine_chunks()))
     if not frames:
         return _arrow_state_schema().empty_table().to_pandas()
     return pa.concat_tables(frames).to_pandas()
