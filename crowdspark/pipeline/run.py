@@ -64,7 +64,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class RunResult:
     """What :func:`aggregate` and :func:`aggregate_frames` return: the summary (``summary.json``) and, when the
-    local engine fitted, the item and worker tables (``None`` on Spark, where the items stay distributed)."""
+    local engine fitted, the item and worker tables (``None`` on Spark, where the items stay distributed).  The
+    item table is what the run wrote to ``items/``: on an incremental night, the items it fitted
+    (``summary["items_scope"]``; :func:`crowdspark.io.chain.read_items` reads the whole answer)."""
 
     summary: dict[str, Any]
     items: pd.DataFrame | None = None
