@@ -512,3 +512,22 @@ def test_a_night_whose_chain_lost_a_run_is_refused_before_reading(lake, tmp_path
     cold = night(config("nightly.on_incompatible=cold"), labels, out, SPEC.date(3), gold=gold)
     assert cold.summary["incremental"]["kind"] == "full refit"
     assert_same_answers(read_items(str(out)), cold.items, atol=0)
+
+
+def test_a_local_night_continues_a_run_whose_index_is_a_parquet_folder(lake, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    labels, gold, _ = lake
+    for root in ("arrow", "parquet"):
+        for d in range(3):
+            night(config(), labels, tmp_path / root, SPEC.date(d), gold=gold)
+    state = tmp_path / "parquet" / f"run_id={SPEC.date(2)}" / "_incremental"
+    index = pa.ipc.open_file(pa.memory_map(str(state / "index.arrow"))).read_all()
+    os.remove(state / "index.arrow")
+    os.makedirs(state / "index")
+    pq.write_table(index, state / "index" / "part-00000.snappy.parquet")
+    a, b = (night(config(), labels, tmp_path / root, SPEC.date(3), gold=gold) for root in ("arrow", "parquet"))
+    assert a.summary["incremental"]["items_revisited"] == b.summary["incremental"]["items_revisited"] > 0
+    assert_same_answers(a.items, b.items, atol=0)
+    assert_same_answers(read_items(str(tmp_path / "arrow")), read_items(str(tmp_path / "parquet")), atol=0)
