@@ -531,3 +531,21 @@ def test_a_local_night_continues_a_run_whose_index_is_a_parquet_folder(lake, tmp
     assert a.summary["incremental"]["items_revisited"] == b.summary["incremental"]["items_revisited"] > 0
     assert_same_answers(a.items, b.items, atol=0)
     assert_same_answers(read_items(str(tmp_path / "arrow")), read_items(str(tmp_path / "parquet")), atol=0)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_nights_switch_engines_through_either_index(spark, lake, tmp_path):
+    labels, gold, _ = lake
+    local, distributed = config(), config(engine="spark")
+    for d in range(3):
+        night(local, labels, tmp_path / "local", SPEC.date(d), gold=gold)
+        night(local, labels, tmp_path / "mixed", SPEC.date(d), gold=gold)
+    # the Spark engine continues a local night (Arrow IPC index), the local engine a Spark night (Parquet index)
+    for d, cfg, engine in ((3, distributed, spark), (4, local, None)):
+        night(local, labels, tmp_path / "local", SPEC.date(d), gold=gold)
+        mixed = night(cfg, labels, tmp_path / "mixed", SPEC.date(d), spark=engine, gold=gold)
+        assert mixed.summary["incremental"]["kind"] == "incremental"
+        assert_same_answers(table(tmp_path / "local", SPEC.date(d), "items"), table(tmp_path / "mixed", SPEC.date(d),
+                                                                                    "items"))
+    assert (tmp_path / "mixed" / f"run_id={SPEC.date(3)}" / "_incremental" / "index").is_dir()
