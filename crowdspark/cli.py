@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -173,7 +174,11 @@ def _items(output: str, out: str | None) -> int:
 
     items = read_items(output)
     if out is None:
-        items[["item", "label", "confidence"]].to_csv(sys.stdout, index=False)
+        try:
+            items[["item", "label", "confidence"]].to_csv(sys.stdout, index=False)
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader stopped early (| head): not a failure
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     with StagedOutput(out) as staged:
         write_table(items, staged.path("items"), "parquet")
