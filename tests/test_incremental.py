@@ -549,3 +549,15 @@ def test_nights_switch_engines_through_either_index(spark, lake, tmp_path):
         assert_same_answers(table(tmp_path / "local", SPEC.date(d), "items"), table(tmp_path / "mixed", SPEC.date(d),
                                                                                     "items"))
     assert (tmp_path / "mixed" / f"run_id={SPEC.date(3)}" / "_incremental" / "index").is_dir()
+
+
+def test_a_night_cannot_replace_a_run_it_builds_on(lake, tmp_path):
+    labels, gold, _ = lake
+    out = str(tmp_path / "one")
+    aggregate(config(), labels, out, gold, as_of=_dt.date.fromisoformat(SPEC.date(0)))
+    with pytest.raises(ConfigError, match=r"is a run that this incremental night builds on .*--run-id DATE"):
+        aggregate(config(), labels, out, gold, warm_start=out, as_of=_dt.date.fromisoformat(SPEC.date(1)))
+    assert read_items(out)["item"].str.startswith("d000-").all()  # the previous run is as it was
+    full = aggregate(config(), labels, out, gold, warm_start=out, as_of=_dt.date.fromisoformat(SPEC.date(1)),
+                     full_refit=True)  # a full refit writes every item: it may replace it
+    assert full.summary["items_scope"].startswith("all")

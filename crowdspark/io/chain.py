@@ -19,11 +19,11 @@ from typing import Any
 
 import pandas as pd
 
-from crowdspark.errors import InputError
+from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.files import files_for
 from crowdspark.io.paths import is_local, strip_file_scheme
 
-__all__ = ["CHAIN_FILE", "chain_runs", "chain_payload", "resolve_run", "read_items", "newest_rows"]
+__all__ = ["CHAIN_FILE", "chain_runs", "chain_payload", "check_outside_chain", "resolve_run", "read_items", "newest_rows"]
 
 CHAIN_FILE = "_incremental/chain.json"
 
@@ -72,6 +72,22 @@ def chain_payload(previous: str, destination: str, spark: Any = None) -> dict[st
         full = _absolute(run)
         names.append(full.rpartition("/")[2] if _parent(full) == parent else full)
     return {"runs": names}
+
+
+def check_outside_chain(destination: str, previous: str, spark: Any = None) -> None:
+    """Refuse an incremental night whose ``destination`` is ``previous`` or a run of its chain: the night writes
+    only the items it fitted and its answer reads the rest from those runs.
+
+    Raises
+    ------
+    ConfigError
+    """
+    target = _absolute(destination)
+    if any(_absolute(run) == target for run in chain_runs(previous, spark, check=False)):
+        raise ConfigError(f"--output {destination!r} is a run that this incremental night builds on (it continues "
+                          f"{previous!r}): a night writes only the items it fitted and reads the rest of its answer "
+                          "from those runs, so it cannot replace one; write each night to its own folder "
+                          "(--output ROOT --run-id DATE), or refit in full (--full-refit)")
 
 
 def resolve_run(output: str, spark: Any = None) -> str:
