@@ -44,13 +44,14 @@ from crowdspark.docstrings import field_docs
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.faces import CROWDKIT_ALIASES, PANDAS, using_face
 from crowdspark.io.cells import canonical_values
+from crowdspark.io.chain import read_items
 from crowdspark.io.rules import order_classes
 from crowdspark.io.worker_table import WorkerTable, worker_table_from_frame
 from crowdspark.models.registry import MODELS, check_params, hyperparameters, model_class
 from crowdspark.pipeline import RunOptions, RunResult, aggregate_frames
 from crowdspark.pipeline.quality import relabel_queue
 
-__all__ = ["Aggregator", "CLASSES"]
+__all__ = ["Aggregator", "CLASSES", "read_items"]
 
 
 def _canonical(name: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -74,9 +74,11 @@ Save format (``model.write().save(path)``, ``CrowdAggregatorModel.load(path)``)
 A :class:`pyspark.ml.PipelineModel` holding a crowdspark model saves and loads it this way too.
 """
 
+from crowdspark.io.chain import read_items
 from crowdspark.ml.estimator import ESTIMATORS, CrowdAggregator, aggregate_df
 from crowdspark.ml.model import CrowdAggregatorModel, score_labels
 
-__all__ = ["CrowdAggregator", "CrowdAggregatorModel", "ESTIMATORS", "aggregate_df", "score_labels", *ESTIMATORS]
+__all__ = ["CrowdAggregator", "CrowdAggregatorModel", "ESTIMATORS", "aggregate_df", "read_items", "score_labels",
+           *ESTIMATORS]
 
 globals().update(ESTIMATORS)

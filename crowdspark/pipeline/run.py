@@ -14,6 +14,7 @@ import pandas as pd
 
 from crowdspark.config import RunConfig
 from crowdspark.errors import ConfigError, InputError
+from crowdspark.io.chain import check_outside_chain
 from crowdspark.io.files import files_for
 from crowdspark.io.lock import OutputLock
 from crowdspark.io.paths import check_local_folder_writable, is_local, strip_file_scheme
@@ -64,7 +65,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class RunResult:
     """What :func:`aggregate` and :func:`aggregate_frames` return: the summary (``summary.json``) and, when the
-    local engine fitted, the item and worker tables (``None`` on Spark, where the items stay distributed)."""
+    local engine fitted, the item and worker tables (``None`` on Spark, where the items stay distributed).  The
+    item table is what the run wrote to ``items/``: on an incremental night, the items it fitted
+    (``summary["items_scope"]``; :func:`crowdspark.io.chain.read_items` reads the whole answer)."""
 
     summary: dict[str, Any]
     items: pd.DataFrame | None = None
@@ -185,6 +188,8 @@ def _plan(config: RunConfig, labels_path: str, output_dir: str | None, gold_path
             output_dir):
         previous = latest_run_before(output_dir, as_of, spark)
     night = plan_night(config, previous, as_of, full_refit, spark)
+    if night is not None and not night.full and destination is not None:
+        check_outside_chain(destination, night.previous, spark)
     if initial_workers and night is not None and not night.full:
         raise ConfigError(f"--initial-workers starts a fit's workers, and this night continues the previous run "
                           f"{night.previous!r} incrementally; give it with --full-refit, or drop it")
