@@ -11,8 +11,10 @@ how many of the new day's items get the full refit's label, and the mean absolut
 estimated accuracy against their planted accuracy of that day.
 
 ``cost`` times whole runs (``aggregate``: reading, fitting, writing) at equal iterations (``ds.max_iter`` fixed,
-``ds.tol = 0``): an incremental night after 10, 30 and 90 days of history, a full refit of the same night, and a
-cold run over that night's day alone, interleaved and repeated; it prints medians and ranges and the ratios.
+``ds.tol = 0``): an incremental night after 10, 30 and 90 days of history that continues a full refit of the
+night before, the same night at the end of a chain of incremental nights since the first day (its answer spread
+over every run since), a full refit of the same night, and a cold run over that night's day alone, interleaved and
+repeated; it prints medians and ranges and the ratios.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import pandas as pd
 
 from benchmarks.common import machine
 from crowdspark.config import load_config
+from crowdspark.io.chain import read_items
 from crowdspark.lake import LakeSpec, make_lake, write_lake
 from crowdspark.pipeline import aggregate
 
@@ -79,11 +82,13 @@ def quality(args) -> None:
             start = time.perf_counter()
             results[name] = night(config, workdir, f"q-{name}", d, full_refit=name == "full")
             seconds[name] = time.perf_counter() - start
-        items = {name: r.items.set_index("item").sort_index() for name, r in results.items()}
+        # an incremental night writes the items it fitted; its whole answer is read over its chain of runs
+        whole = {name: read_items(str(workdir / f"q-{name}")) for name in results}
+        items = {name: table.set_index("item").sort_index() for name, table in whole.items()}
         new = [i for i in items["full"].index if i.startswith(f"d{d:03d}-")]
         row = {"night": d + 1, "day": day}
         for name, r in results.items():
-            row[f"error_{name}"] = _error(r.items, truth)
+            row[f"error_{name}"] = _error(whole[name], truth)
             row[f"drift_{name}"] = _drift_mae(r.workers, planted, data.drifting, day)
             row[f"seconds_{name}"] = seconds[name]
         for name in results:
@@ -134,12 +139,16 @@ def cost(args) -> None:
     for h in nights:  # night h continues from a full refit of night h - 1
         shutil.rmtree(workdir / f"c-{h}", ignore_errors=True)
         night(config, workdir, f"c-{h}", h - 2, full_refit=True)
+    shutil.rmtree(workdir / "c-chain", ignore_errors=True)
+    for d in range(max(nights) - 1):  # a full refit of the first day, then incremental nights
+        night(config, workdir, "c-chain", d)
     times: dict[tuple[str, int], list[float]] = {}
     for repeat in range(args.repeat):
         for h in nights:
             day = SPEC.date(h - 1)
             runs = {
                 "incremental": lambda: night(config, workdir, f"c-{h}", h - 1),
+                "incremental, chain": lambda: night(config, workdir, "c-chain", h - 1),
                 "full refit": lambda: night(config, workdir, f"c-full-{h}", h - 1, full_refit=True),
                 "cold, one day": lambda: aggregate(cold, str(workdir / "labels" / f"date={day}"),
                                                    str(workdir / f"c-cold-{h}"), None),
@@ -150,14 +159,16 @@ def cost(args) -> None:
     med = {key: statistics.median(value) for key, value in times.items()}
     print(f"\n{machine()}; {args.repeat} interleaved repeats, ds.max_iter={args.iterations}, ds.tol=0; seconds per "
           "whole run (median, range)")
-    print("| history (days) | incremental night | full refit | cold run over the day alone | incremental / "
-          f"incremental at {nights[0]} days | incremental / cold |")
-    print("|---|---|---|---|---|---|")
+    names = ("incremental", "incremental, chain", "full refit", "cold, one day")
+    print("| history (days) | incremental night | incremental night, chain of nights | full refit | cold run over the "
+          f"day alone | incremental / incremental at {nights[0]} days (chain) | incremental / cold (chain) |")
+    print("|---|---|---|---|---|---|---|")
     for h in nights:
-        cells = [f"{med[(n, h)]:.2f} ({min(times[(n, h)]):.2f}-{max(times[(n, h)]):.2f})"
-                 for n in ("incremental", "full refit", "cold, one day")]
-        print(f"| {h} | {' | '.join(cells)} | {med[('incremental', h)] / med[('incremental', nights[0])]:.2f} | "
-              f"{med[('incremental', h)] / med[('cold, one day', h)]:.2f} |")
+        cells = [f"{med[(n, h)]:.3f} ({min(times[(n, h)]):.3f}-{max(times[(n, h)]):.3f})" for n in names]
+        inc, chain, cold = med[("incremental", h)], med[("incremental, chain", h)], med[("cold, one day", h)]
+        first, first_chain = med[("incremental", nights[0])], med[("incremental, chain", nights[0])]
+        print(f"| {h} | {' | '.join(cells)} | {inc / first:.2f} ({chain / first_chain:.2f}) | {inc / cold:.2f} "
+              f"({chain / cold:.2f}) |")
 
 
 def main() -> None:

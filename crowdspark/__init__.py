@@ -4,3 +4,11 @@ See the README for the command line, and :mod:`crowdspark.api` for the pandas AP
 """
 
 __version__ = "0.1.0"
+
+
+def read_items(output: str, spark=None, folder: str = "items"):
+    """The whole answer of a run, one row per item (an incremental night's ``items/`` holds only the items it
+    fitted); :func:`crowdspark.io.chain.read_items`."""
+    from crowdspark.io.chain import read_items as read
+
+    return read(output, spark, folder)

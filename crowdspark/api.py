@@ -39,18 +39,19 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from crowdspark.config import GoldConfig, InputConfig, RunConfig
+from crowdspark.config import GoldConfig, InputConfig, RelabelConfig, RunConfig
 from crowdspark.docstrings import field_docs
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.faces import CROWDKIT_ALIASES, PANDAS, using_face
 from crowdspark.io.cells import canonical_values
+from crowdspark.io.chain import read_items
 from crowdspark.io.rules import order_classes
 from crowdspark.io.worker_table import WorkerTable, worker_table_from_frame
 from crowdspark.models.registry import MODELS, check_params, hyperparameters, model_class
 from crowdspark.pipeline import RunOptions, RunResult, aggregate_frames
 from crowdspark.pipeline.quality import relabel_queue
 
-__all__ = ["Aggregator", "CLASSES"]
+__all__ = ["Aggregator", "CLASSES", "read_items"]
 
 
 def _canonical(name: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -143,6 +144,7 @@ class Aggregator:
                               classes=tuple(_text(pd.Series(self.classes, dtype=object), "classes"))),
             gold=GoldConfig(item=item, truth="truth", fit_fraction=fit_fraction, split_seed=self.gold_split_seed),
             algorithms={self.algorithm: dict(self.params)},
+            relabel=RelabelConfig(budget=0),  # relabel_ holds every item
         )
 
     def fit(self, data: pd.DataFrame, true_labels: pd.Series | None = None,
@@ -251,7 +253,7 @@ class Aggregator:
         self.converged_ = run.summary["converged"]
         self.quality_ = run.summary.get("quality")
         if self.quality_ is not None:
-            queue = relabel_queue(run.items, 0)
+            queue = relabel_queue(run.items, self.quality_["relabel"]["budget"])
             queue["item"] = [tasks.get(t, t) for t in queue["item"]]
             queue["label"] = [classes.get(c, c) for c in queue["label"]]
             self.relabel_ = queue.rename(columns={"item": item})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -74,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--gold", metavar="FILE",
                      help="gold to draw the calibration from, instead of the run's own --gold")
     rep.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    items = sub.add_parser("items", help="write or print a run's whole answer, one row per item (an incremental "
+                                         "night's items/ holds only the items it fitted)")
+    items.add_argument("output", metavar="OUTPUT",
+                       help="a local result directory (an aggregate --output), or a folder of --run-id runs (its latest)")
+    items.add_argument("--out", metavar="DIR", help="write the table there as Parquet (one file) instead of printing "
+                                                    "item, label and confidence as CSV")
+    items.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub.add_parser("algorithms", help="list the algorithms with their parameters, defaults and documentation")
     sub.add_parser("defaults", help="print every configuration key with its default and meaning (TOML)")
     return parser
@@ -158,6 +166,27 @@ def _write_run_report(destination: str) -> str:
                            f"written ({one_line(exc)}); run crowdspark report {destination} to retry") from exc
 
 
+def _items(output: str, out: str | None) -> int:
+    """``crowdspark items``: the whole answer of the run at ``output``, to ``out`` (Parquet) or stdout (CSV)."""
+    from crowdspark.io.chain import read_items
+    from crowdspark.io.sink import StagedOutput
+    from crowdspark.io.tables import write_table
+
+    items = read_items(output)
+    if out is None:
+        try:
+            items[["item", "label", "confidence"]].to_csv(sys.stdout, index=False)
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader stopped early (| head): not a failure
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    with StagedOutput(out) as staged:
+        write_table(items, staged.path("items"), "parquet")
+        staged.commit()
+    print(f"{len(items)} items written to {out}/items")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``crowdspark`` console script."""
     from crowdspark.io.runs import run_directory
@@ -186,6 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 print(f"report written to {write_report(args.run_dir, args.out, args.gold)}")
                 return EXIT_OK
+            if args.command == "items":
+                return _items(args.output, args.out)
             summary = run_aggregate(args)
             destination = run_directory(args.output, args.run_id) if args.run_id else args.output
             page = _write_run_report(destination) if args.report else None

@@ -348,14 +348,14 @@ class QualityConfig:
         Compute them (the ``items/`` and ``workers/`` quality columns, ``summary.json``'s ``quality`` and
         ``relabel/``); ``false`` leaves the outputs as they were without them.
     spammer_threshold : float
-        A worker whose spammer score (Raykar & Yu 2012: 0 when the labels do not depend on the true class, 1
-        for a perfect worker) is below this is flagged ``spammer`` in ``workers/``.
+        A worker whose spammer probability (the posterior probability that its labels agree with the inferred
+        classes only at chance rate, docs/quality.md) is above this is flagged ``spammer`` in ``workers/``.
     calibration_bins : int
         Equal-width confidence bins of the reliability table.
     """
 
     enabled: bool = True
-    spammer_threshold: float = 0.1
+    spammer_threshold: float = 0.5
     calibration_bins: int = 10
 
     def __post_init__(self) -> None:

@@ -4,7 +4,9 @@ For each dataset and seed: hide one label, chosen at random, of every item with 
 rest; then "relabel" the first 5% and 10% of the items (of those with a hidden label) by three orders, giving
 each chosen item its hidden label back, refit, and count the gold items the refit answers right that the
 first fit answered wrong, net (errors before - errors after).  The orders: the relabel queue (``relabel/``:
-expected error reduction, then lowest confidence), lowest confidence alone, and a random order.
+smallest margin between the two most probable classes, then lowest confidence), the expected error reduction
+of one label from the run's average worker (``relabel_gain``, then lowest confidence), lowest confidence
+alone, and a random order.
 
 Example (docs/quality.md's table)::
 
@@ -28,7 +30,7 @@ from crowdspark.pipeline.quality import relabel_queue
 log = logging.getLogger("crowdspark.jobs.relabel_experiment")
 
 DATA = Path(__file__).resolve().parent.parent / "data"
-ORDERS = ("queue", "lowest confidence", "random")
+ORDERS = ("queue", "expected error reduction", "lowest confidence", "random")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -59,6 +61,9 @@ def _chosen(items: pd.DataFrame, candidates: set[str], order: str, n: int, seed:
     pool = items[items["item"].isin(candidates)]
     if order == "queue":
         ranked = relabel_queue(pool, 0)
+    elif order == "expected error reduction":
+        ranked = pool.sort_values(["relabel_gain", "confidence", "item"], ascending=[False, True, True],
+                                  kind="mergesort")
     elif order == "lowest confidence":
         ranked = pool.sort_values(["confidence", "item"], kind="mergesort")
     else:
@@ -98,6 +103,16 @@ def table(rows: list[dict]) -> pd.DataFrame:
     return pd.concat([before, mean[list(ORDERS)]], axis=1).reset_index()
 
 
+def paired(rows: list[dict], first: str, second: str) -> pd.DataFrame:
+    """Per fraction, over every (dataset, seed): how often order ``first`` fixed more, as many and fewer errors
+    than order ``second``."""
+    frame = pd.DataFrame(rows).pivot_table(index=["fraction", "dataset", "seed"], columns="order", values="fixed")
+    difference = frame[first] - frame[second]
+    return pd.DataFrame({"more": (difference > 0).groupby("fraction").sum(),
+                         "as many": (difference == 0).groupby("fraction").sum(),
+                         "fewer": (difference < 0).groupby("fraction").sum()}).reset_index()
+
+
 def markdown(frame: pd.DataFrame) -> str:
     """``frame`` as a Markdown table, floats with one decimal."""
     def cell(value) -> str:
@@ -122,6 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     totals = result.groupby("fraction", sort=False)[list(ORDERS)].sum().reset_index()
     print("\nsum over datasets of the mean errors fixed:")
     print(markdown(totals))
+    print("\n(dataset, seed) pairs where the queue fixed more, as many or fewer errors than lowest confidence:")
+    pairs = paired(rows, "queue", "lowest confidence")
+    pairs["fraction"] = [f"{100 * f:g}%" for f in pairs["fraction"]]
+    print(markdown(pairs))
     return 0
 
 

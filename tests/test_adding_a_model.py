@@ -40,7 +40,7 @@ def test_the_documented_model_is_picked_up_by_every_face(model):
     config = load_config(overrides=[f"{model.name}.prior=2"], algorithm=model.name, engine_name="local")
     run = aggregate_frames(config, labels, gold)
     assert run.summary["parameters"]["prior"] == 2.0 and run.summary["metrics"]["error_rate"] < 0.2
-    quality = {"agreement", "spammer_score", "spammer"}
+    quality = {"agreement", "spammer_score", "spammer_probability", "spammer"}
     assert set(run.workers.columns) == {"worker", "n_labels", "accuracy", *quality}
     fitted = api.Aggregator(model.name, prior=2).fit(labels)
     assert (fitted.labels_.sort_index().to_numpy() == run.items.set_index("item")["label"].sort_index().to_numpy()).all()

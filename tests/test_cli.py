@@ -35,7 +35,7 @@ def test_local_run_writes_items_workers_and_summary(tmp_path, capsys):
     assert len(items) == 800
     workers = pd.read_parquet(out / "workers")
     assert list(workers.columns) == ["worker", "n_labels", "confusion", "accuracy",
-                                     "agreement", "spammer_score", "spammer"]
+                                     "agreement", "spammer_score", "spammer_probability", "spammer"]
     assert workers["n_labels"].sum() == 8000
 
 

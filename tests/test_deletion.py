@@ -438,6 +438,22 @@ def test_spill_folders_are_private_marked_removed_and_stale_ones_cleaned(spark, 
     assert not spill_dir.exists()
 
 
+def test_an_executor_on_another_machine_marks_its_spill_folder_and_cleans_gone_ones(tmp_path):
+    from crowdspark.engine.resident import SPILL_PREFIX, spill
+
+    host = socket.gethostname()
+    dead = _fake_spill(tmp_path, "dead", pid=_dead_pid(), host=host)
+    unmarked = _fake_spill(tmp_path, "unmarked")
+    blocks, _ = frames_to_blocks(pd.read_csv(LABELS, dtype=str), max_labels=1500)
+    directory = tmp_path / f"{SPILL_PREFIX}engine-driverhost"  # the driver made it on its own machine
+    handles = [spill(str(directory), "engine", block) for block in blocks[:2]]
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    assert marker(directory)["kind"] == "spill"
+    assert marker(directory)["pid"] == os.getppid() and marker(directory)["host"] == host
+    assert not dead.exists() and unmarked.exists()
+    assert sorted(directory.glob("*.block.npz")) == sorted(Path(h.path) for h in handles)
+
+
 # --------------------------------------------------------------------------- synthetic data sets
 
 

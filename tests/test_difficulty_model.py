@@ -408,3 +408,62 @@ def test_spark_engine_gives_the_local_answer_on_any_partitioning(spark):
             assert choice.chosen == choose_levels(
                 lambda h: replace(model, n_levels=h), LocalEngine(blocks), (1, 2)
             ).chosen
+
+
+def test_batched_halvings_take_the_same_steps_bit_for_bit(monkeypatch):
+    """Concave problems whose Newton steps overshoot by far (many halvings): the batched halvings of
+    maximize_concave_1d end where halving one at a time (``HALVING_GROWTH = 1``) does, to the last bit, in
+    fewer calls."""
+    from crowdspark.models import difficulty_ds as dds
+
+    rng = np.random.default_rng(11)
+    scale, centre = rng.gamma(1.0, 5.0, size=400), rng.normal(0.0, 20.0, size=400)
+    calls = []
+
+    def fun(v, i):  # f = -scale * sqrt(1 + (v - centre)^2): a Newton step from z overshoots to -z^3
+        calls.append(i.size)
+        z = v - centre[i]
+        root = np.sqrt(1.0 + z**2)
+        return -scale[i] * root, -scale[i] * z / root, -scale[i] / root**3
+
+    start = rng.normal(0.0, 30.0, size=400)
+    results = {}
+    for growth in (1, 4):
+        monkeypatch.setattr(dds, "HALVING_GROWTH", growth)
+        calls.clear()
+        results[growth] = (dds.maximize_concave_1d(start, fun), len(calls),
+                           dds.maximize_concave_1d(np.abs(start), fun, lower=0.0))
+    assert np.array_equal(results[4][0], results[1][0]) and np.array_equal(results[4][2], results[1][2])
+    assert results[4][1] < results[1][1] / 2
+    np.testing.assert_allclose(results[4][0], centre, atol=1e-6)
+    np.testing.assert_allclose(results[4][2], np.maximum(centre, 0.0), atol=1e-6)
+
+
+def test_base_update_leaves_out_levels_without_penalty_bit_for_bit():
+    """Level 0 (d = 0) adds exact zeros to the per-row sums over levels: leaving it out gives the numbers of
+    the sum over every level, with two levels (the default choice) and with a level whose penalties are 0."""
+    from crowdspark.models import difficulty_ds as dds
+
+    rng = np.random.default_rng(4)
+    K, C = 40, 4
+    for d in (np.array([[0.0] * C, [0.3, 1.2, 0.0, 2.0]]), np.zeros((2, C))):
+        counts = rng.gamma(1.0, 3.0, size=(K, 2, C, C))
+        pseudo, totals = counts.sum(axis=1) + 0.5, counts.sum(axis=-1)
+        m_t = np.diagonal(pseudo, axis1=1, axis2=2).ravel()
+        r = pseudo.sum(axis=-1).ravel() - m_t
+        n = totals.transpose(0, 2, 1).reshape(K * C, -1)
+        a = np.broadcast_to(-np.expm1(-d).T[None], (K, C, 2)).reshape(n.shape)
+
+        def every_level(v, i):
+            u = 1.0 / (1.0 + np.exp(-v))
+            q = u * (1.0 - u)
+            ni, ai, ui = n[i], a[i], u[:, None]
+            shrink = 1.0 - ai * ui
+            f = -m_t[i] * np.logaddexp(0.0, -v) - r[i] * np.logaddexp(0.0, v) - (ni * np.log(shrink)).sum(axis=1)
+            g = m_t[i] * (1.0 - u) - r[i] * u + (ni * ai * q[:, None] / shrink).sum(axis=1)
+            h = -(m_t[i] + r[i]) * q + (ni * ai * (1.0 - 2.0 * ui + ai * ui**2) * q[:, None] / shrink**2).sum(axis=1)
+            return f, g, h
+
+        v = dds.maximize_concave_1d(np.log(m_t) - np.log(r), every_level).reshape(K, C)
+        diagonal = np.diagonal(_base_update(pseudo, totals, d), axis1=1, axis2=2)
+        assert np.array_equal(diagonal, -np.logaddexp(0.0, -v))

@@ -17,6 +17,7 @@ import pytest
 
 from crowdspark.config import load_config
 from crowdspark.engine.carry import Carried, label_sums
+from crowdspark.io.chain import read_items
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import initialize
 from crowdspark.errors import ConfigError, IncompatibleModelError, InputError
@@ -51,6 +52,14 @@ def night(cfg, labels, out, day, spark=None, **kwargs):
 
 
 def table(out, day, name):
+    """The whole table ``name`` of a night (``items`` and the item state: the newest row of each item over the
+    night's chain of runs)."""
+    run = os.path.join(out, f"run_id={day}")
+    return read_items(run, folder=name) if name != "workers" else pd.read_parquet(os.path.join(run, name))
+
+
+def delta(out, day, name="items"):
+    """What the night itself wrote into ``name``."""
     return pd.read_parquet(os.path.join(out, f"run_id={day}", name))
 
 
@@ -209,7 +218,8 @@ def test_with_nothing_new_a_night_equals_the_full_refit(lake, tmp_path):
     assert result.summary["incremental"]["kind"] == "carried forward"
     assert any("no new data since run" in w for w in result.summary["warnings"])
     full = night(cfg, labels, tmp_path / "full", SPEC.date(5), gold=gold, full_refit=True)
-    assert_same_answers(result.items, full.items)
+    assert len(result.items) == 0 and len(delta(tmp_path / "inc", SPEC.date(5))) == 0
+    assert_same_answers(table(tmp_path / "inc", SPEC.date(5), "items"), full.items)
     a, b = (r.workers.set_index("worker").sort_index() for r in (result, full))
     np.testing.assert_allclose(a["accuracy"], b["accuracy"], atol=1e-6)
     assert a["n_labels"].equals(b["n_labels"])
@@ -407,6 +417,9 @@ def test_spark_nights_give_the_local_nights_answers(spark, lake, tmp_path, small
         x, y = table(tmp_path / "local", SPEC.date(7), name), table(tmp_path / "spark", SPEC.date(7), name)
         assert sorted(x["item"]) == sorted(y["item"])
     assert_same_answers(table(tmp_path / "local", SPEC.date(7), "items"), table(tmp_path / "spark", SPEC.date(7), "items"))
+    # read with Spark, the whole answer is the same
+    assert_same_answers(read_items(str(tmp_path / "spark"), spark).toPandas(), table(tmp_path / "local", SPEC.date(7),
+                                                                                  "items"))
     a, b = carried_of(tmp_path / "local", SPEC.date(7)), carried_of(tmp_path / "spark", SPEC.date(7))
     assert a.n_items == b.n_items and a.n_labels == b.n_labels
 
@@ -435,3 +448,116 @@ def test_spark_nights_every_item_refitted_and_nothing_new(spark, tmp_path, monke
     night(cfg, labels, tmp_path / "full", "2026-11-03", spark=spark, full_refit=True,
           warm_start=str(tmp_path / "inc" / "run_id=2026-11-01"))
     assert_same_answers(table(tmp_path / "inc", "2026-11-03", "items"), table(tmp_path / "full", "2026-11-03", "items"))
+
+
+# ---- what a night writes: the items it fitted, and the chain that makes up the whole answer -------------------
+def test_a_night_writes_only_the_items_it_fitted_and_read_items_gives_the_whole_answer(lake, tmp_path, capsys):
+    from crowdspark.cli import main
+
+    labels, gold, data = lake
+    out = tmp_path / "runs"
+    for d in range(3):
+        result = night(config(), labels, out, SPEC.date(d), gold=gold)
+    day = SPEC.date(2)
+    touched = set(data.labels.loc[data.labels["date"] == day, "item"])
+    assert set(delta(out, day)["item"]) == touched == set(result.items["item"])
+    assert set(delta(out, day, "_incremental/items")["item"]) == touched
+    assert result.summary["items_scope"].startswith("fitted this night")
+    with open(out / f"run_id={SPEC.date(0)}" / "summary.json") as handle:
+        assert json.load(handle)["items_scope"].startswith("all")
+    with open(out / f"run_id={day}" / "_incremental" / "chain.json") as handle:
+        assert json.load(handle) == {"runs": [f"run_id={SPEC.date(0)}", f"run_id={SPEC.date(1)}"]}
+    whole = read_items(str(out)).set_index("item")  # the run root: its latest run
+    assert sorted(whole.index) == sorted(data.labels.loc[data.labels["date"] <= day, "item"].unique())
+    assert result.summary["counts"]["items"] == len(whole)
+    for d in range(3):  # each item's row is the one of the newest night that fitted it
+        mine = delta(out, SPEC.date(d)).set_index("item")
+        later = set().union(*(set(delta(out, SPEC.date(e))["item"]) for e in range(d + 1, 3)))
+        own = sorted(set(mine.index) - later)
+        assert len(own) and whole.loc[own, "label"].equals(mine.loc[own, "label"])
+        np.testing.assert_array_equal(np.stack(whole.loc[own, "posterior"]), np.stack(mine.loc[own, "posterior"]))
+    capsys.readouterr()
+    assert main(["items", str(out / f"run_id={day}")]) == 0
+    printed = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out), dtype={"label": str}).set_index("item")
+    assert printed["label"].equals(whole["label"])
+    assert main(["items", str(out), "--out", str(tmp_path / "whole")]) == 0
+    assert_same_answers(pd.read_parquet(tmp_path / "whole" / "items"), whole.reset_index(), atol=0)
+
+
+def test_retention_keeps_the_runs_a_kept_night_builds_on_until_a_full_refit(lake, tmp_path):
+    labels, gold, _ = lake
+    out = tmp_path / "runs"
+    cfg = config("nightly.keep_runs=1")
+    for d in range(3):
+        night(cfg, labels, out, SPEC.date(d), gold=gold)
+    assert sorted(p.name for p in out.glob("run_id=*")) == [f"run_id={SPEC.date(d)}" for d in range(3)]
+    assert len(read_items(str(out))) > len(delta(out, SPEC.date(2)))
+    night(cfg, labels, out, SPEC.date(3), gold=gold, full_refit=True)  # whole again: the older runs may go
+    assert sorted(p.name for p in out.glob("run_id=*")) == [f"run_id={SPEC.date(3)}"]
+    assert not (out / f"run_id={SPEC.date(3)}" / "_incremental" / "chain.json").exists()
+
+
+def test_a_night_whose_chain_lost_a_run_is_refused_before_reading(lake, tmp_path):
+    import shutil
+
+    labels, gold, _ = lake
+    out = tmp_path / "runs"
+    for d in range(3):
+        night(config(), labels, out, SPEC.date(d), gold=gold)
+    shutil.rmtree(out / f"run_id={SPEC.date(1)}")
+    with pytest.raises(InputError, match="earlier runs its answer builds on are gone"):
+        read_items(str(out))
+    with pytest.raises(IncompatibleModelError, match=r"are gone .*--full-refit"):
+        night(config(), labels, out, SPEC.date(3), gold=gold)
+    cold = night(config("nightly.on_incompatible=cold"), labels, out, SPEC.date(3), gold=gold)
+    assert cold.summary["incremental"]["kind"] == "full refit"
+    assert_same_answers(read_items(str(out)), cold.items, atol=0)
+
+
+def test_a_local_night_continues_a_run_whose_index_is_a_parquet_folder(lake, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    labels, gold, _ = lake
+    for root in ("arrow", "parquet"):
+        for d in range(3):
+            night(config(), labels, tmp_path / root, SPEC.date(d), gold=gold)
+    state = tmp_path / "parquet" / f"run_id={SPEC.date(2)}" / "_incremental"
+    index = pa.ipc.open_file(pa.memory_map(str(state / "index.arrow"))).read_all()
+    os.remove(state / "index.arrow")
+    os.makedirs(state / "index")
+    pq.write_table(index, state / "index" / "part-00000.snappy.parquet")
+    a, b = (night(config(), labels, tmp_path / root, SPEC.date(3), gold=gold) for root in ("arrow", "parquet"))
+    assert a.summary["incremental"]["items_revisited"] == b.summary["incremental"]["items_revisited"] > 0
+    assert_same_answers(a.items, b.items, atol=0)
+    assert_same_answers(read_items(str(tmp_path / "arrow")), read_items(str(tmp_path / "parquet")), atol=0)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_nights_switch_engines_through_either_index(spark, lake, tmp_path):
+    labels, gold, _ = lake
+    local, distributed = config(), config(engine="spark")
+    for d in range(3):
+        night(local, labels, tmp_path / "local", SPEC.date(d), gold=gold)
+        night(local, labels, tmp_path / "mixed", SPEC.date(d), gold=gold)
+    # the Spark engine continues a local night (Arrow IPC index), the local engine a Spark night (Parquet index)
+    for d, cfg, engine in ((3, distributed, spark), (4, local, None)):
+        night(local, labels, tmp_path / "local", SPEC.date(d), gold=gold)
+        mixed = night(cfg, labels, tmp_path / "mixed", SPEC.date(d), spark=engine, gold=gold)
+        assert mixed.summary["incremental"]["kind"] == "incremental"
+        assert_same_answers(table(tmp_path / "local", SPEC.date(d), "items"), table(tmp_path / "mixed", SPEC.date(d),
+                                                                                    "items"))
+    assert (tmp_path / "mixed" / f"run_id={SPEC.date(3)}" / "_incremental" / "index").is_dir()
+
+
+def test_a_night_cannot_replace_a_run_it_builds_on(lake, tmp_path):
+    labels, gold, _ = lake
+    out = str(tmp_path / "one")
+    aggregate(config(), labels, out, gold, as_of=_dt.date.fromisoformat(SPEC.date(0)))
+    with pytest.raises(ConfigError, match=r"is a run that this incremental night builds on .*--run-id DATE"):
+        aggregate(config(), labels, out, gold, warm_start=out, as_of=_dt.date.fromisoformat(SPEC.date(1)))
+    assert read_items(out)["item"].str.startswith("d000-").all()  # the previous run is as it was
+    full = aggregate(config(), labels, out, gold, warm_start=out, as_of=_dt.date.fromisoformat(SPEC.date(1)),
+                     full_refit=True)  # a full refit writes every item: it may replace it
+    assert full.summary["items_scope"].startswith("all")

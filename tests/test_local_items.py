@@ -21,6 +21,7 @@ def _items(n: int, seed: int) -> pd.DataFrame:
         "label": rng.choice(["a", "b"], n),
         "confidence": rng.choice([0.5, 0.6, np.nan], n),
         "n_labels": rng.integers(1, 5, n),
+        "margin": rng.choice([0.1, 0.3, np.nan], n),
         "relabel_gain": rng.choice([0.1, 0.2, np.nan], n),
     })
 

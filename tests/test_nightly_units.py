@@ -80,6 +80,19 @@ def test_a_second_holder_is_refused_and_a_dead_holders_lock_taken_over(tmp_path,
     assert OutputLock(LocalFiles(), destination, stale_after=0).acquire() is None  # too old: taken over
 
 
+def test_two_runs_never_share_a_checkpoint_folder_at_once(log_csv, tmp_path):
+    checkpoints = tmp_path / "checkpoints"
+    config = load_config(overrides=[f"engine.checkpoint_dir={checkpoints}", "engine.checkpoint_every=2"],
+                         algorithm="ds")
+    OutputLock(LocalFiles(), str(checkpoints)).acquire()  # a live run of this process holds the folder
+    with pytest.raises(ConfigError, match=r"another run is writing .*checkpoints' \(process \d+ on "):
+        aggregate(config, log_csv[0], str(tmp_path / "a"), log_csv[1])
+    assert not (tmp_path / "a").exists()
+    os.remove(lock_path(str(checkpoints)))
+    aggregate(config, log_csv[0], str(tmp_path / "b"), log_csv[1])
+    assert not os.path.exists(lock_path(str(checkpoints)))  # released when the run is done
+
+
 @pytest.fixture(scope="module")
 def log_csv(tmp_path_factory):
     """Six days of a small crowd as one CSV file with a date column (no partition folders: pandas reads it)."""
@@ -101,7 +114,8 @@ def test_nights_backfill_missing_day_and_retention_on_the_local_engine(log_csv, 
     out = tmp_path / "runs"
     first = night(log_csv, out, 0)
     assert first["warm_start"]["used"] is False and first["inputs"]["days"] == {"2026-11-01": 300}
-    assert first["inputs"]["missing_days"] == ["2026-10-30", "2026-10-31"]
+    assert first["inputs"]["missing_days"] == [] and not first["warnings"]  # the lake begins on 2026-11-01
+    assert first["inputs"]["days_before_data"] == ["2026-10-30", "2026-10-31"]
     for day in (1, 2, 3):
         summary = night(log_csv, out, day)
         assert summary["warm_start"] == {"source": str(out / f"run_id=2026-11-0{day}"), "used": True}

@@ -59,12 +59,14 @@ def held_lock(destination) -> None:
     ("bad run id", r"--run-id must be a plain name"),
     ("bad as-of", r"--as-of must be a date such as 2026-11-25, but got '11/25/2026'"),
     ("locked output", r"another run is writing .*locked.* \(process \d+ on "),
+    ("locked checkpoint folder", r"another run is writing .*shared-checkpoints.* \(process \d+ on "),
 ])
 def test_stops_before_spark_starts(tmp_path, no_spark, previous_mv_run, capsys, case, message):
     (tmp_path / "user").mkdir()
     (tmp_path / "user" / "notes.txt").write_text("mine")
     (tmp_path / "a-file").write_text("not a folder")
     held_lock(tmp_path / "locked")
+    held_lock(tmp_path / "shared-checkpoints")
     args = {
         "empty output": ["--output", ""],
         "root output": ["--output", "/"],
@@ -76,6 +78,9 @@ def test_stops_before_spark_starts(tmp_path, no_spark, previous_mv_run, capsys, 
         "bad run id": ["--output", str(tmp_path / "o"), "--run-id", "2026/11/25"],
         "bad as-of": ["--output", str(tmp_path / "o"), "--as-of", "11/25/2026"],
         "locked output": ["--output", str(tmp_path / "locked")],
+        "locked checkpoint folder": ["--output", str(tmp_path / "o"), "--set",
+                                     f"engine.checkpoint_dir={tmp_path / 'shared-checkpoints'}",
+                                     "--set", "engine.checkpoint_every=5"],
     }[case]
     assert main(spark_run(*args)) == 2
     err = capsys.readouterr().err

@@ -22,6 +22,8 @@ from crowdspark.quality import (
     calibration_from_stats,
     calibration_stats,
     expected_error_reduction,
+    margin,
+    spammer_probability,
     spammer_score,
 )
 from crowdspark.stats import sum_stats
@@ -118,6 +120,13 @@ def test_expected_error_reduction_is_the_bayes_update_of_one_label():
     assert expected_error_reduction(certain, confusion)[0] == 0.0
 
 
+def test_margin_is_the_gap_between_the_two_most_probable_classes():
+    posterior = np.array([[0.2, 0.5, 0.3], [0.1, 0.1, 0.8], [0.4, 0.4, 0.2]])
+    np.testing.assert_allclose(margin(posterior), [0.2, 0.7, 0.0], atol=1e-15)
+    binary = np.random.default_rng(3).dirichlet([1, 1], size=50)
+    np.testing.assert_allclose(margin(binary), 2 * binary.max(axis=1) - 1, atol=1e-15)
+
+
 def test_spammer_score_perfect_worker_one_and_uniform_spammer_near_zero():
     perfect = np.array([[[30, 0], [0, 30]]])
     assert spammer_score(perfect)[0] == pytest.approx(1.0)
@@ -128,40 +137,55 @@ def test_spammer_score_perfect_worker_one_and_uniform_spammer_near_zero():
     assert np.isnan(spammer_score(np.array([[[5, 0], [1, 0]]]))[0])  # one row of two labels or more
 
 
-def _planted_spammers(seed: int, n_items: int = 800, n_good: int = 50, n_spam: int = 10, per_item: int = 5,
-                      n_classes: int = 3) -> tuple[pd.DataFrame, set[str]]:
-    """Items with ``per_item`` labels from distinct workers; good workers right with probability U(0.7, 0.95),
-    spammers answer uniformly at random."""
-    rng = np.random.default_rng(seed)
-    n_workers = n_good + n_spam
-    truth = rng.integers(0, n_classes, n_items)
-    accuracy = rng.uniform(0.7, 0.95, n_good)
-    rows = []
-    for i in range(n_items):
-        for k in rng.choice(n_workers, per_item, replace=False):
-            if k >= n_good:
-                y = rng.integers(0, n_classes)
-            elif rng.random() < accuracy[k]:
-                y = truth[i]
-            else:
-                y = (truth[i] + rng.integers(1, n_classes)) % n_classes
-            rows.append((f"i{i}", f"w{k}", str(y)))
-    return pd.DataFrame(rows, columns=["item", "worker", "label"]), {f"w{k}" for k in range(n_good, n_workers)}
+def test_spammer_probability_is_the_bayes_factor_of_chance_agreement():
+    from scipy.integrate import quad
+
+    # 20 labels, 9 equal to the inferred class; rows (inferred) 8, 6, 6; columns (given) 7, 7, 6
+    counts = np.array([[[4, 2, 2], [1, 3, 2], [2, 2, 2]]])
+    n, d = 20, 9
+    p0 = (8 * 7 + 6 * 7 + 6 * 6) / 400
+    chance = p0 ** d * (1 - p0) ** (n - d)
+    worker = quad(lambda q: q ** d * (1 - q) ** (n - d), p0, 1)[0] / (1 - p0)
+    assert spammer_probability(counts)[0] == pytest.approx(chance / (chance + worker), rel=1e-9)
+    assert spammer_probability(np.array([[[10, 0], [0, 10]]]))[0] < 1e-3
+    assert np.isnan(spammer_probability(np.zeros((1, 3, 3))))[0]
+    assert np.isnan(spammer_probability(np.array([[[5, 0], [0, 0]]])))[0]  # one class only: nothing to tell
+
+
+def test_spammer_probability_of_uniform_spammers_and_weak_workers_at_20_labels():
+    rng = np.random.default_rng(2)
+    n_classes, n = 5, 20
+    true_class = rng.integers(0, n_classes, size=(4000, n))
+    spam = rng.integers(0, n_classes, size=(4000, n))
+    right = rng.random((4000, n)) < 0.5  # right half the time, else uniform over the other classes
+    weak = np.where(right, true_class, (true_class + rng.integers(1, n_classes, size=(4000, n))) % n_classes)
+
+    def table(given):
+        counts = np.zeros((4000, n_classes, n_classes))
+        np.add.at(counts, (np.arange(4000)[:, None], true_class, given), 1)
+        return counts
+
+    # flagged at 0.5: 94% of the spammers, 11% of the workers right half the time
+    assert (spammer_probability(table(spam)) > 0.5).mean() > 0.9
+    assert (spammer_probability(table(weak)) > 0.5).mean() < 0.15
+    assert np.median(spammer_probability(table(weak))) < 0.1
 
 
 @pytest.mark.parametrize("algorithm", ["ds", "mv", "wawa"])
-def test_planted_spammers_are_flagged_with_precision_and_recall_090(algorithm):
-    flagged_right = flagged = planted = 0
-    for seed in range(4):
-        labels, spammers = _planted_spammers(seed)
-        assert labels.worker.value_counts().min() >= 20
-        workers = aggregate_frames(_config(algorithm=algorithm), labels).workers.set_index("worker")
-        found = set(workers.index[workers["spammer"]])
-        flagged_right += len(found & spammers)
-        flagged += len(found)
-        planted += len(spammers)
-    assert flagged_right / flagged >= 0.9
-    assert flagged_right / planted >= 0.9
+def test_planted_spammers_of_20_labels_are_flagged_with_precision_and_recall_090(algorithm):
+    from jobs.spammer_experiment import SPAMMER_LABELS, flag_counts, planted_spammers
+
+    config = _config(algorithm=algorithm)
+    total: dict[str, int] = {}
+    for seed in range(6):
+        labels, _, spammers = planted_spammers(seed, n_classes=6)
+        per_worker = labels.worker.value_counts()
+        assert (per_worker[list(spammers)] == SPAMMER_LABELS).all()
+        assert per_worker.drop(list(spammers)).mean() == SPAMMER_LABELS  # 400 items x 5 labels / 100 workers
+        counts = flag_counts(aggregate_frames(config, labels).workers, spammers)
+        total = {k: total.get(k, 0) + v for k, v in counts.items()}
+    assert total["flag right"] / total["flag flagged"] >= 0.9
+    assert total["flag right"] / total["planted"] >= 0.9
 
 
 def test_run_outputs_quality_columns_summary_and_relabel_queue(tmp_path):
@@ -173,10 +197,10 @@ def test_run_outputs_quality_columns_summary_and_relabel_queue(tmp_path):
     relabel = pd.read_parquet(out / "relabel")
     summary = json.loads((out / "summary.json").read_text())["quality"]
     assert set(ITEM_COLUMNS) <= set(items.columns)
-    assert {"agreement", "spammer_score", "spammer"} <= set(workers.columns)
+    assert {"agreement", "spammer_score", "spammer_probability", "spammer"} <= set(workers.columns)
     assert list(relabel.columns) == list(RELABEL_COLUMNS) and len(relabel) == 7
     assert relabel["rank"].tolist() == list(range(1, 8))
-    top = items.sort_values(["relabel_gain", "confidence", "item"], ascending=[False, True, True]).head(7)
+    top = items.sort_values(["margin", "confidence", "item"]).head(7)
     assert relabel["item"].tolist() == top["item"].tolist()
     assert (items["n_labels"] == 10).all()
     assert np.all(items["posterior_entropy"] >= 0) and np.all(items["vote_entropy"] <= np.log(2) + 1e-12)
@@ -209,9 +233,9 @@ def test_pandas_api_exposes_the_same_numbers():
 
     labels = _labels("temp").rename(columns={"item": "task"})
     model = DawidSkene().fit(labels)
-    run = aggregate_frames(_config(algorithm="ds"), _labels("temp"))
+    run = aggregate_frames(_config("relabel.budget=0", algorithm="ds"), _labels("temp"))
     assert model.quality_ == run.summary["quality"]
-    assert len(model.relabel_) == len(run.items)
+    assert model.quality_["relabel"]["budget"] == 0 and len(model.relabel_) == len(run.items)
     assert list(model.relabel_.columns) == ["rank", "task", *RELABEL_COLUMNS[2:]]
     np.testing.assert_allclose(model.workers_["spammer_score"].to_numpy(), run.workers["spammer_score"].to_numpy())
 
@@ -232,7 +256,8 @@ def test_local_and_spark_engines_give_the_same_quality(spark, tmp_path):
         aggregate(config, labels, str(outs[engine]), gold, spark=spark if engine == "spark" else None)
     summaries = [json.loads((outs[e] / "summary.json").read_text())["quality"] for e in ("local", "spark")]
     assert _close(summaries[0], summaries[1])
-    for table, columns in (("items", list(ITEM_COLUMNS)), ("workers", ["agreement", "spammer_score", "spammer"]),
+    for table, columns in (("items", list(ITEM_COLUMNS)),
+                           ("workers", ["agreement", "spammer_score", "spammer_probability", "spammer"]),
                            ("relabel", list(RELABEL_COLUMNS))):
         local, distributed = (_read_dir(outs[e] / table)[columns] for e in ("local", "spark"))
         pd.testing.assert_frame_equal(local, distributed, check_exact=False, rtol=1e-9, atol=1e-12)
@@ -251,6 +276,24 @@ def _close(a, b) -> bool:
         return True
     assert a == b
     return True
+
+
+@pytest.mark.spark
+def test_spark_queue_of_every_item_is_numbered_across_partitions(spark):
+    run = aggregate_frames(_config(algorithm="ds"), _labels("rte"))
+    columns = list(RELABEL_COLUMNS[1:])
+    items = spark.createDataFrame(run.items[columns]).repartition(4)
+    key = "spark.sql.adaptive.coalescePartitions.enabled"  # else the small sort is coalesced into one partition
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, "false")
+    try:
+        queue = relabel_queue(items, 0)
+        assert queue.rdd.getNumPartitions() > 1
+        got = queue.toPandas()
+    finally:
+        spark.conf.unset(key) if before is None else spark.conf.set(key, before)
+    pd.testing.assert_frame_equal(got.sort_values("rank").reset_index(drop=True), relabel_queue(run.items, 0),
+                                  check_dtype=False)
 
 
 @pytest.mark.spark

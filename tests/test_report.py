@@ -172,6 +172,17 @@ def test_the_gold_can_be_given_to_the_report(runs, tmp_path):
     assert "expected calibration error" in _section(page, "calibration")
 
 
+def test_a_run_given_relative_paths_finds_its_gold_from_another_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(DATA / "bluebird")
+    out = tmp_path / "relative"
+    _aggregate("--labels", "labels.csv", "--gold", "truth.csv", "--algorithm", "ds", "--output", str(out),
+               "--set", "quality.enabled=false")
+    monkeypatch.chdir(tmp_path)
+    facts = collect(str(out))
+    assert facts.summary["inputs"]["gold"] == str(DATA / "bluebird" / "truth.csv")
+    assert facts.calibration is not None and facts.calibration.n == facts.summary["metrics"]["n_gold"]
+
+
 def test_a_rerun_replaces_a_result_holding_its_report(runs, tmp_path):
     out = tmp_path / "again"
     _aggregate(*BLUEBIRD, "--algorithm", "mv", "--output", str(out), "--report")

@@ -16,7 +16,9 @@ a local master (``local[*]``), which is where the engine turns it on by default
 Spill folders (``crowdspark-blocks-<engine id>-<random>``) are created by the driver with mode 0700 and
 carry crowdspark's marker (kind ``spill``, with the driver's process id and host name): the engine deletes
 its folder when it closes, and a new engine deletes the folders whose owner process is gone from this host
-(:func:`remove_stale_spill_directories`).  A spill file is a data-only ``.npz`` archive of the block's
+(:func:`remove_stale_spill_directories`).  With ``spark.resident_blocks = "on"`` on a cluster, an executor on another
+machine creates the folder there with the same marker, naming the process its Python workers share; the first
+spill on that host after the executor is gone deletes it.  A spill file is a data-only ``.npz`` archive of the block's
 arrays (:func:`write_block`), read with ``allow_pickle=False``.
 """
 
@@ -117,7 +119,8 @@ def read_block(path: str) -> Block:
 
 def spill(directory: str, engine_id: str, block: Block) -> BlockHandle:
     """Write ``block`` to a new file under ``directory`` and return its handle."""
-    os.makedirs(directory, mode=0o700, exist_ok=True)  # made by the driver, unless on another machine
+    if not os.path.isdir(directory):
+        _make_executor_spill_directory(directory, engine_id)
     name = uuid.uuid4().hex
     path = os.path.join(directory, f"{name}.block.npz")
     tmp = path + ".tmp"
@@ -152,6 +155,17 @@ def make_spill_directory(root: str, engine_id: str) -> str:
     directory = tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{engine_id}-", dir=root)
     write_marker(LocalFiles(), directory, SPILL, pid=os.getpid(), host=socket.gethostname(), engine=engine_id)
     return directory
+
+
+def _make_executor_spill_directory(directory: str, engine_id: str) -> None:
+    """Create ``directory`` on a machine that does not have the driver's: mode 0700, marked with this host and the
+    process that outlives this executor's Python workers (their parent: PySpark's daemon, or the executor), so the
+    first spill of a later run on this host deletes it once that executor is gone; the stale folders of this
+    host are deleted first."""
+    remove_stale_spill_directories(os.path.dirname(directory))
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    if read_marker(LocalFiles(), directory) is None:
+        write_marker(LocalFiles(), directory, SPILL, pid=os.getppid(), host=socket.gethostname(), engine=engine_id)
 
 
 def remove_spill_directory(directory: str) -> None:

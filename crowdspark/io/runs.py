@@ -153,16 +153,21 @@ def latest_run_before(root: str, as_of: _dt.date, spark: Any = None) -> str | No
 
 def prune_runs(root: str, keep: int, spark: Any = None) -> list[str]:
     """Delete the oldest committed runs of ``root`` beyond the newest ``keep`` (by as-of date, then run id),
-    never the one ``_LATEST.json`` names; returns the deleted paths."""
+    never the one ``_LATEST.json`` names nor a run the chain of a kept run builds on (an incremental night's
+    answer, :mod:`crowdspark.io.chain`); returns the deleted paths."""
+    from crowdspark.io.chain import chain_runs
+
     if keep <= 0:
         return []
     files = files_for(root, spark)
     latest = read_latest(root, spark)
     runs = sorted(((_as_of_of(files, path), run_id, path) for run_id, path in _runs(files, root).items()),
                   reverse=True)
+    kept = [path for _, run_id, path in runs[:keep]] + ([latest["path"]] if latest is not None else [])
+    needed = {run.rstrip("/").rpartition("/")[2] for path in kept for run in chain_runs(path, spark, check=False)}
     deleted = []
     for _, run_id, path in runs[keep:]:
-        if latest is not None and run_id == latest["run_id"]:
+        if (latest is not None and run_id == latest["run_id"]) or f"run_id={run_id}" in needed:
             continue
         delete_owned(files, path, (RESULT,), "Delete it by hand.")
         deleted.append(path)

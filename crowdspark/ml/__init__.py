@@ -15,7 +15,7 @@ the Spark engine through the same shared runner as the command line
 >>> model.summary["counts"]["items"], model.summary["classes"]
 (2, ['x', 'y'])
 >>> sorted(model.workers.columns)
-['accuracy', 'agreement', 'confusion', 'n_labels', 'spammer', 'spammer_score', 'worker']
+['accuracy', 'agreement', 'confusion', 'n_labels', 'spammer', 'spammer_probability', 'spammer_score', 'worker']
 
 The classes
 -----------
@@ -50,7 +50,10 @@ table, so ``transform`` of the training labels equals ``model.items``.  For the 
 ``idbla``, ``fixed-idbla``) the fit's item table averages per-item posteriors over the kept sweeps, while
 ``transform`` gives each item's posterior under the posterior-mean parameters (one exact E-step; ``epsilon``
 is NaN): close, not identical; use ``model.items`` for the fit's own answers.  Models whose per-item
-results need per-item state (collapsed VI) refuse ``transform`` with a ``ConfigError``.  Labels outside
+results need per-item state (collapsed VI) refuse ``transform`` with a ``ConfigError``.  A model fitted
+with the quality signals (docs/quality.md) adds the per-item quality columns of the scored labels
+(``n_labels``, ``vote_entropy``, ``agreement``, ``posterior_entropy``, ``relabel_gain`` from the fitted
+workers' label-weighted average confusion as in the item table, ``margin``).  Labels outside
 the fitted classes are an error; workers not seen at fit time are an error unless
 ``handleUnknownWorkers="skip"`` (their labels are then ignored).
 
@@ -71,9 +74,11 @@ Save format (``model.write().save(path)``, ``CrowdAggregatorModel.load(path)``)
 A :class:`pyspark.ml.PipelineModel` holding a crowdspark model saves and loads it this way too.
 """
 
+from crowdspark.io.chain import read_items
 from crowdspark.ml.estimator import ESTIMATORS, CrowdAggregator, aggregate_df
 from crowdspark.ml.model import CrowdAggregatorModel, score_labels
 
-__all__ = ["CrowdAggregator", "CrowdAggregatorModel", "ESTIMATORS", "aggregate_df", "score_labels", *ESTIMATORS]
+__all__ = ["CrowdAggregator", "CrowdAggregatorModel", "ESTIMATORS", "aggregate_df", "read_items", "score_labels",
+           *ESTIMATORS]
 
 globals().update(ESTIMATORS)

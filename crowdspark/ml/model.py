@@ -28,8 +28,9 @@ from crowdspark.io.spark_reader import SparkLabels, prepare_labels_spark
 from crowdspark.io.tables import item_frame, item_schema
 from crowdspark.ml.params import SOURCE, UNKNOWN_WORKER_CHOICES, CrowdParams
 from crowdspark.ml.persistence import ModelReader, ModelWriter
-from crowdspark.pipeline.quality import relabel_queue
+from crowdspark.pipeline.quality import relabel_queue, with_item_quality, worker_confusions
 from crowdspark.models.base import Model as Kernel
+from crowdspark.quality import ITEM_COLUMNS, average_confusion
 from crowdspark.validation import check_choice
 
 __all__ = ["CrowdAggregatorModel", "score_labels"]
@@ -183,10 +184,22 @@ def _probe_scoring(kernel: Kernel, params: dict[str, Any]) -> None:
         ) from exc
 
 
+def _quality_confusion(model: CrowdAggregatorModel) -> np.ndarray | None:
+    """The confusion (C, C) the relabel gain of scored items assumes (the label-weighted average of the fitted
+    workers', as in the fitted item table); ``None`` when the model was fitted without the quality signals."""
+    if "quality" not in (model._summary or {}):
+        return None
+    table = model.kernel.worker_table(model.globalParams, model.initStats)
+    confusion, _ = worker_confusions(table, model.kernel.n_classes)
+    return average_confusion(confusion, table["n_labels"])
+
+
 def _score_partition(
-    frames: Iterator[pd.DataFrame], kernel: Kernel, params: dict[str, Any], encoding: Encoding, max_labels: int
+    frames: Iterator[pd.DataFrame], kernel: Kernel, params: dict[str, Any], encoding: Encoding, max_labels: int,
+    confusion: np.ndarray | None = None,
 ) -> Iterator[pd.DataFrame]:
-    """mapInPandas function: one partition's label rows (all labels of its items) -> item rows."""
+    """mapInPandas function: one partition's label rows (all labels of its items) -> item rows, with the
+    per-item quality columns when ``confusion`` (:func:`_quality_confusion`) is given."""
     parts = list(frames)
     frame = pd.concat(parts, ignore_index=True) if parts else None
     if frame is None or frame.empty:
@@ -199,7 +212,10 @@ def _score_partition(
         encoding,
     )
     for block in build_blocks(item, worker, label, None, max_labels=max_labels):
-        yield item_frame(block.item_ids, kernel.finish_block(block, None, params), encoding.classes)
+        result = kernel.finish_block(block, None, params)
+        if confusion is not None:
+            result = with_item_quality(result, block, confusion)
+        yield item_frame(block.item_ids, result, encoding.classes)
 
 
 def _known_worker_labels(model: CrowdAggregatorModel, labels: SparkLabels) -> DataFrame:
@@ -230,7 +246,8 @@ def score_labels(model: CrowdAggregatorModel, labels_df: DataFrame) -> DataFrame
     Returns
     -------
     pyspark DataFrame
-        ``item``, ``label``, ``confidence``, ``posterior`` and the model's extras.
+        ``item``, ``label``, ``confidence``, ``posterior``, the model's extras and, for a model fitted with the
+        quality signals, the per-item quality columns (docs/quality.md) of the scored labels.
 
     Raises
     ------
@@ -247,6 +264,8 @@ def score_labels(model: CrowdAggregatorModel, labels_df: DataFrame) -> DataFrame
     frame = _known_worker_labels(model, labels)
     spark = labels_df.sparkSession
     n_partitions = model.getPartitions() or spark.sparkContext.defaultParallelism
+    confusion = _quality_confusion(model)
     fn = partial(_score_partition, kernel=kernel, params=params, encoding=encoding,
-                 max_labels=model.getMaxBlockLabels())
-    return frame.repartition(n_partitions, "item").mapInPandas(fn, item_schema(dict(kernel.item_extras)))
+                 max_labels=model.getMaxBlockLabels(), confusion=confusion)
+    extras = {**kernel.item_extras, **(ITEM_COLUMNS if confusion is not None else {})}
+    return frame.repartition(n_partitions, "item").mapInPandas(fn, item_schema(extras))

@@ -152,6 +152,13 @@ def _mix_noise(base: np.ndarray, w: np.ndarray, log_noise: np.ndarray) -> np.nda
         return np.logaddexp(np.log1p(-wh) + base, np.log(wh) + log_noise[:, None, None, :])
 
 
+#: most halvings of one Newton step of :func:`maximize_concave_1d`
+MAX_HALVINGS = 59
+#: each call of :func:`maximize_concave_1d`'s halving loop tries this many times more halvings than the last
+#: (1, 4, 16, ...): a few calls instead of one per halving, the same steps
+HALVING_GROWTH = 4
+
+
 def maximize_concave_1d(
     x: np.ndarray, fun: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]],
     lower: float = -np.inf, steps: int = 50, tol: float = 1e-10,
@@ -189,16 +196,24 @@ def maximize_concave_1d(
         small = np.abs(direction) < tol
         better = (fc >= f) & ~small
         pending = np.flatnonzero(~(better | small))
-        for _ in range(59):  # halve the steps that neither raise f nor are short, evaluating only those
-            if pending.size == 0:
-                break
-            size[pending] /= 2
-            step = size[pending] * direction[pending]
-            fp, gp, hp = fun(start[pending] + step, index[pending])
-            small[pending] = np.abs(step) < tol
-            better[pending] = (fp >= f[pending]) & ~small[pending]
-            fc[pending], gc[pending], hc[pending] = fp, gp, hp
-            pending = pending[~(better[pending] | small[pending])]
+        done, batch = 0, 1
+        while pending.size and done < MAX_HALVINGS:
+            # the steps that neither raise f nor are short, halved up to ``count`` more times in one call; each
+            # keeps the first halving that raises f or is short, as if halved one at a time
+            count = min(batch, MAX_HALVINGS - done)
+            sizes = 0.5 ** np.arange(done + 1, done + count + 1)
+            step = sizes[:, None] * direction[pending]  # (count, P)
+            values = fun((start[pending] + step).ravel(), np.tile(index[pending], count))
+            fp, gp, hp = (v.reshape(count, -1) for v in values)
+            short = np.abs(step) < tol
+            raised = (fp >= f[pending]) & ~short
+            stop = raised | short
+            first = np.where(stop.any(axis=0), stop.argmax(axis=0), count - 1)
+            pick = (first, np.arange(pending.size))
+            size[pending], small[pending], better[pending] = sizes[first], short[pick], raised[pick]
+            fc[pending], gc[pending], hc[pending] = fp[pick], gp[pick], hp[pick]
+            pending = pending[~stop[pick]]
+            done, batch = done + count, HALVING_GROWTH * batch
         x[index] = np.where(better, start + size * direction, start)
         index, f, g, h = index[better], fc[better], gc[better], hc[better]
     return x
@@ -227,19 +242,27 @@ def _base_update(pseudo_counts: np.ndarray, level_totals: np.ndarray, d: np.ndar
     n_workers, n_classes = pseudo_counts.shape[:2]
     diag = np.diagonal(pseudo_counts, axis1=1, axis2=2)  # (K, C)
     rest = pseudo_counts.sum(axis=-1) - diag
-    # one row (k, t) per element: its diagonal and off-diagonal totals, and per level n_h and a_h
+    # one row (k, t) per element: its diagonal and off-diagonal totals, and per level n_h, a_h and n_h a_h
     m_t, r = diag.ravel(), rest.ravel()
-    n = level_totals.transpose(0, 2, 1).reshape(n_workers * n_classes, -1)  # (K C, H)
-    a = np.broadcast_to(-np.expm1(-d).T[None], (n_workers, n_classes, d.shape[0])).reshape(n.shape)
+    levels = _penalized_levels(level_totals, d)
 
     def fun(v: np.ndarray, i: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         u = 1.0 / (1.0 + np.exp(-v))
         q = u * (1.0 - u)
-        ni, ai, ui = n[i], a[i], u[:, None]
-        shrink = 1.0 - ai * ui
-        f = -m_t[i] * np.logaddexp(0.0, -v) - r[i] * np.logaddexp(0.0, v) - (ni * np.log(shrink)).sum(axis=1)
-        g = m_t[i] * (1.0 - u) - r[i] * u + (ni * ai * q[:, None] / shrink).sum(axis=1)
-        h = -(m_t[i] + r[i]) * q + (ni * ai * (1.0 - 2.0 * ui + ai * ui**2) * q[:, None] / shrink**2).sum(axis=1)
+        mi, ri = m_t[i], r[i]
+        f = -mi * np.logaddexp(0.0, -v) - ri * np.logaddexp(0.0, v)
+        g = mi * (1.0 - u) - ri * u
+        h = -(mi + ri) * q
+        if levels:
+            curve = 1.0 - 2.0 * u
+            sums = [0.0, 0.0, 0.0]
+            for n_h, a_h, na_h in levels:
+                nh, ah, nah = n_h[i], a_h[i], na_h[i]
+                shrink = 1.0 - ah * u
+                sums[0] = sums[0] + nh * np.log(shrink)
+                sums[1] = sums[1] + nah * q / shrink
+                sums[2] = sums[2] + nah * (curve + ah * u**2) * q / shrink**2
+            f, g, h = f - sums[0], g + sums[1], h + sums[2]
         return f, g, h
 
     v = maximize_concave_1d(np.log(m_t) - np.log(r), fun).reshape(n_workers, n_classes)
@@ -249,6 +272,27 @@ def _base_update(pseudo_counts: np.ndarray, level_totals: np.ndarray, d: np.ndar
     idx = np.arange(n_classes)
     log_B[:, idx, idx] = -np.logaddexp(0.0, -v)
     return log_B
+
+
+def _penalized_levels(level_totals: np.ndarray, d: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``(n_h, a_h, n_h a_h)`` per element ``k C + t``, shape (K C,) each, of every level h with a penalty
+    (``a_h = 1 - e^-d[h, t]``, not all 0).
+
+    A level without one (level 0) adds exact zeros to every sum over levels of :func:`_base_update`, so it is
+    left out: the sums over the others, added in level order, are the same numbers.
+
+    Parameters
+    ----------
+    level_totals : ndarray, shape (K, H, C)
+    d : ndarray, shape (H, C)
+    """
+    n_workers = level_totals.shape[0]
+    out = []
+    for h, a_row in enumerate(-np.expm1(-d)):
+        if np.any(a_row != 0.0):
+            n_h, a_h = np.ascontiguousarray(level_totals[:, h].ravel()), np.tile(a_row, n_workers)
+            out.append((n_h, a_h, n_h * a_h))
+    return out
 
 
 def _penalty_update(

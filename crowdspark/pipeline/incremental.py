@@ -10,9 +10,12 @@ A night is one of three kinds, decided before any label is read (:func:`plan_nig
   carried statistics added to every sweep, starting from the previous run's parameters;
 * a night whose new days hold no label **carries the previous result forward**.
 
-Each writes a complete result (``items/`` holds every item, refitted or carried), its saved model with the
-carried summary (``_model/carried.npz``) and the item state (``_incremental/items/``,
-:mod:`crowdspark.pipeline.item_state`).  An incompatible previous run (another algorithm, parameters, class set
+A full refit writes every item into ``items/``; an incremental night (and a night carried forward) writes only
+the items it fitted, and the chain of runs back to the last full refit whose rows make up the rest of the answer
+(:mod:`crowdspark.io.chain`; ``crowdspark.read_items`` reads the whole answer; the summary's ``items_scope`` says
+which).  Each writes its saved model with the carried summary (``_model/carried.npz``), the item state of the items
+it fitted (``_incremental/items/``) and the index of where every item's newest state row is
+(:mod:`crowdspark.pipeline.item_state`), so a night reads and writes what it touched, not the history.  An incompatible previous run (another algorithm, parameters, class set
 or input configuration) is refused with the way to run a full refit, or refitted in full with
 ``nightly.on_incompatible = "cold"``.
 """
@@ -32,6 +35,7 @@ import pandas as pd
 from crowdspark.config import RunConfig
 from crowdspark.engine.carry import Carried, carried_stats, carry_block, responsibilities_fn
 from crowdspark.errors import ConfigError, IncompatibleModelError, InputError
+from crowdspark.io.chain import CHAIN_FILE, chain_payload, chain_runs
 from crowdspark.io.paths import is_local
 from crowdspark.io.rules import MAX_CLASSES, Encoding
 from crowdspark.io.saved_model import SavedModel, load_saved_model, worker_index_map
@@ -42,14 +46,17 @@ from crowdspark.pipeline.days import DayReader
 from crowdspark.pipeline.fit import Fitted, RunOptions, fit_prepared
 from crowdspark.pipeline.item_state import (
     STATE_FOLDER,
-    merged,
+    index_of,
     previous_sums,
+    read_index,
     read_table,
     resp_batch,
-    revisited,
     revisit_summary,
     state_path,
+    state_rows,
     state_table,
+    updated_index,
+    write_index,
     write_state,
 )
 from crowdspark.pipeline.manifest import check_new_data, run_manifest
@@ -209,6 +216,11 @@ def plan_night(config: RunConfig, previous: str | None, as_of: _dt.date, full_re
     saved, carried = _load_previous(previous, spark)
     why = ("it has no carried summary (it ran without incremental.mode = \"on\", or with an older crowdspark)"
            if carried is None else _incompatibility(saved, carried, config, as_of))
+    if why is None:
+        try:
+            chain_runs(previous, spark)
+        except InputError as exc:
+            why = str(exc)
     if why is not None:
         return _refused(config, f"cannot continue incrementally from the previous run {previous!r}: {why}", previous)
     period = config.incremental.full_refit_days
@@ -226,6 +238,15 @@ def _refused(config: RunConfig, message: str, previous: str | None) -> NightPlan
     return NightPlan(True, f"{message}; refitted in full (nightly.on_incompatible = \"cold\")", previous)
 
 
+#: the summary's ``items_scope``: whether ``items/`` is the whole answer (a full refit) or a night's delta
+ITEMS_SCOPE = {
+    True: "all: items/ holds every item of the result",
+    False: ("fitted this night: items/ holds only the items this night fitted (new or revisited); the whole answer "
+            "is the newest row of each item over the runs of _incremental/chain.json and this one: read it with "
+            "crowdspark.read_items(OUTPUT) or `crowdspark items OUTPUT`"),
+}
+
+
 class _Refit(Exception):
     """The new labels show that the night cannot be incremental (a new class)."""
 
@@ -233,15 +254,21 @@ class _Refit(Exception):
 # ---- the night's result ------------------------------------------------------------------------------------
 @dataclass
 class Night(Fitted):
-    """A night of ``incremental.mode = "on"``: a :class:`Fitted` whose tables cover the whole result, with what
+    """A night of ``incremental.mode = "on"``: a :class:`Fitted` whose tables are what the night writes, with what
     the next night continues from.
 
     Attributes
     ----------
-    item_table, worker_table : table
-        Every item of the result (refitted or carried) and every worker.
+    item_table : table
+        The items fitted this night (a full refit: every item).
+    worker_table : DataFrame
+        Every worker.
     state : table
-        The item state (:mod:`crowdspark.pipeline.item_state`).
+        The item state of the items fitted this night (:mod:`crowdspark.pipeline.item_state`).
+    index : table
+        Where the newest state row of every item of the chain is.
+    previous : str, optional
+        The run this night continues (``None`` for a full refit, whose result is whole).
     carried : Carried
         The carried summary of this run.
     saved : SavedModel, optional
@@ -251,6 +278,8 @@ class Night(Fitted):
     item_table: Any = None
     worker_table: pd.DataFrame | None = None
     state: Any = None
+    index: Any = None
+    previous: str | None = None
     carried: Carried | None = None
     saved: SavedModel | None = None
     spark: Any = field(default=None, repr=False)
@@ -276,8 +305,16 @@ class Night(Fitted):
         return replace(saved, carried=self.carried.to_tree(), source="")
 
     def write_state(self, out: StagedOutput) -> None:
-        """Write the item state into the staged result."""
-        write_state(self.state, out.path(f"{STATE_FOLDER}/items"), self.spark)
+        """Write the item state, its index and the chain into the staged result."""
+        path = out.path(f"{STATE_FOLDER}/items")
+        write_state(self.state, path, self.spark)
+        index = self.index
+        if index is None:  # a full refit: every item of its state (on Spark, read back from what was written)
+            written = hasattr(self.state, "sparkSession")
+            index = index_of(read_table(path, self.spark, "the item state") if written else self.state, 0)
+        write_index(index, out.staging, self.spark)
+        if self.previous is not None:
+            out.write_json(CHAIN_FILE, chain_payload(self.previous, out.destination, self.spark))
 
     def close(self) -> None:
         if self.prepared is not None:
@@ -418,6 +455,7 @@ def _report(night: Night, ctx: _Context, kind: str, reason: str, extra: dict[str
     carried = night.carried
     counts = night.summary["counts"]
     counts.update(items=carried.n_items, labels=carried.n_labels, workers=int(night.worker_table.shape[0]))
+    night.summary["items_scope"] = ITEMS_SCOPE[kind == "full refit"]
     night.summary["incremental"] = {
         "kind": kind, "reason": reason, "previous_run": ctx.previous, "as_of": carried.as_of,
         "full_refit_as_of": carried.full_refit_as_of, "decay": ctx.config.incremental.decay, **extra,
@@ -491,9 +529,10 @@ def _incremental(ctx: _Context, plan: NightPlan) -> Night:
         raise _Refit(f"the new days bring label(s) {outside[:10]} outside the previous run's classes "
                      f"{list(saved.classes)}")
     touched = _touched(new)
-    state = read_table(state_path(plan.previous), ctx.spark if ctx.reader.distributed else None,
-                       "the previous run's item state")
-    rows = revisited(state, touched)
+    spark = ctx.spark if ctx.reader.distributed else None
+    runs = chain_runs(plan.previous, spark)
+    index = read_index(plan.previous, spark)
+    rows = state_rows(index, touched, runs, ctx.spark)
     n_revisited, n_earlier, days = revisit_summary(rows)
     earlier = _of_items(ctx.reader.days(days), touched) if days else None
     labels = new if earlier is None else _union(new, earlier)
@@ -528,16 +567,11 @@ def _incremental(ctx: _Context, plan: NightPlan) -> Night:
                               worker_labels=base.worker_labels + sums["worker_labels"],
                               n_items=base.n_items + int(sums["n_items"]), n_labels=base.n_labels + int(sums["n_labels"]),
                               as_of=ctx.as_of.isoformat())
-        previous_items = read_table(f"{plan.previous.rstrip('/')}/items", ctx.spark if ctx.reader.distributed else None,
-                                    "the previous run's items")
         workers = fitted.workers()
         workers["n_labels"] = np.rint(new_carried.worker_labels).astype(np.int64)
-        night = Night(fitted.model, fitted.result, prepared, fitted.summary,
-                      item_table=merged(previous_items, fitted.items(), touched, ctx.spark,
-                                        dict(fitted.model.item_extras)),
-                      worker_table=workers,
-                      state=merged(state, state_table(_resp_table(fitted), labels, ctx.as_of, ctx.spark), touched,
-                                   ctx.spark),
+        night = Night(fitted.model, fitted.result, prepared, fitted.summary, item_table=fitted.items(),
+                      worker_table=workers, state=state_table(_resp_table(fitted), labels, ctx.as_of, ctx.spark),
+                      index=updated_index(index, touched, len(runs), ctx.spark), previous=plan.previous,
                       carried=new_carried, spark=ctx.spark)
     except BaseException:
         fitted.close()
@@ -566,12 +600,23 @@ def _carried_forward(ctx: _Context, plan: NightPlan, manifest: dict[str, Any]) -
         summary.pop(key, None)
     model = _model_like(plan.saved, len(plan.saved.workers))
     night = Night(model, None, None, summary, saved=plan.saved, carried=carried, spark=ctx.spark, worker_table=workers,
-                  item_table=read_table(f"{previous}/items", spark, "the previous run's items"),
-                  state=read_table(state_path(previous), spark, "the previous run's item state"))
+                  item_table=_no_rows(f"{previous}/items", spark), state=_no_rows(state_path(previous), spark),
+                  index=read_index(previous, spark), previous=plan.previous)
     _finish(night, ctx, manifest, None)
     _report(night, ctx, "carried forward", "no labels on the days after the previous run",
             {"items_fitted": 0, "labels_fitted": 0, "decay_factor": ctx.config.incremental.decay ** elapsed})
     return night
+
+
+def _no_rows(path: str, spark: Any) -> Any:
+    """The table at ``path`` without its rows (its schema only; nothing is read but metadata)."""
+    if spark is not None:
+        return spark.read.parquet(path).limit(0)
+    import pyarrow.dataset as ds
+
+    from crowdspark.io.paths import strip_file_scheme
+
+    return ds.dataset(strip_file_scheme(path), format="parquet").schema.empty_table()
 
 
 def _read_bytes(path: str, spark: Any) -> bytes:

@@ -12,6 +12,15 @@ A run of ``incremental.mode = "on"`` writes ``_incremental/items/`` beside its `
   (:meth:`~crowdspark.models.base.Model.item_responsibilities`), with which its contribution to the carried
   statistics is subtracted when new labels make a run refit it.
 
+A night writes the state rows of the items it fitted (a full refit: every item); the newest row of an item is in
+the newest run of the night's chain (:mod:`crowdspark.io.chain`) that fitted it.  To find the rows of the items a
+new day touches without reading the history, each run also writes an **index** of every item of its chain:
+``item`` (string) and ``run`` (int: the position, in ``chain + [run]``, of the run that holds its newest row).  The
+local engine writes it as one Arrow IPC file, ``_incremental/index.arrow``, read memory-mapped; the Spark engine
+as Parquet, ``_incremental/index/``; each engine reads the other's.  A night reads the index, the state deltas of
+the runs it names for the touched items (usually the day before), and writes the index again with the touched
+items pointing at itself.
+
 Tables are pyarrow Tables when the labels were read with pandas (the history's rows are filtered and written
 without a Python object per row) and Spark DataFrames (lazy, nothing item-level collected) when Spark read them;
 the rows of the items fitted this run come from the engine (pandas or Spark).
@@ -20,6 +29,7 @@ the rows of the items fitted this run come from the engine (pandas or Spark).
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from functools import partial
 from typing import Any
 
@@ -31,7 +41,6 @@ from crowdspark.engine.carry import label_sums
 from crowdspark.errors import InputError
 from crowdspark.io.datatree import tree_from_bytes, tree_to_bytes
 from crowdspark.io.rules import Encoding
-from crowdspark.io.tables import item_schema, write_table
 from crowdspark.stats import Stats, add_stats, sum_stats
 
 __all__ = [
@@ -41,14 +50,19 @@ __all__ = [
     "read_table",
     "resp_batch",
     "state_table",
-    "merged",
-    "revisited",
     "revisit_summary",
     "write_state",
     "previous_sums",
+    "read_index",
+    "index_of",
+    "updated_index",
+    "write_index",
+    "state_rows",
 ]
 
 STATE_FOLDER = "_incremental"
+INDEX_FILE = f"{STATE_FOLDER}/index.arrow"
+INDEX_FOLDER = f"{STATE_FOLDER}/index"
 STATE_SCHEMA = "item string, days array<string>, labels long, visited string, resp array<double>"
 RESP_SCHEMA = "item string, resp array<double>"
 
@@ -149,67 +163,75 @@ def state_table(resp: Any, labels: Any, as_of: _dt.date, spark: Any) -> Any:
                      "resp": resp_lists}, schema=_arrow_state_schema())
 
 
-def _arrow(table: Any, like: Any) -> Any:
-    """``table`` (pandas or pyarrow) as a pyarrow Table of ``like``'s schema where the columns agree."""
-    import pyarrow as pa
-
-    if isinstance(table, pd.DataFrame):
-        table = pa.Table.from_pandas(table, preserve_index=False)
-    if table.schema.names == like.schema.names:
-        return table.cast(like.schema)
-    return table
-
-
-def merged(previous: Any, new: Any, refitted: Any, spark: Any, extras: dict[str, str] | None = None) -> Any:
-    """The rows of ``previous`` whose item is not in ``refitted`` (a table with ``item``), then ``new``.
-
-    A pandas ``new`` joins a Spark ``previous`` as a Spark DataFrame (``extras``: an item table's extra
-    columns, for its schema; ``None``: the state table).
-    """
-    if _is_spark(previous):
-        if not _is_spark(new):
-            schema = STATE_SCHEMA if extras is None else item_schema(extras)
-            new = spark.createDataFrame(_pandas(new), schema)
-        kept = previous.join(refitted.select("item"), "item", "left_anti")
-        return kept.unionByName(new, allowMissingColumns=True)
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    items = pa.array(pd.unique(refitted["item"]), type=pa.string())
-    kept = previous.filter(pc.invert(pc.is_in(previous["item"], value_set=items)))
-    return pa.concat_tables([kept, _arrow(new, kept)], promote_options="permissive")
-
-
 def _pandas(table: Any) -> pd.DataFrame:
     return table if isinstance(table, pd.DataFrame) else table.to_pandas()
 
 
+#: rows per Parquet row group of a local state table: a night reads only the groups whose key range holds a
+#: touched item
+STATE_ROW_GROUP = 4096
+
+
 def write_state(table: Any, directory: str, spark: Any) -> None:
-    """Write an item state table as Parquet."""
+    """Write an item state table as Parquet, sorted by item (within each Spark partition), so that the row
+    groups' key statistics let a later night skip the groups without a touched item."""
     import pyarrow as pa
 
-    from crowdspark.io.paths import is_local
+    from crowdspark.io.paths import is_local, strip_file_scheme
 
     if _is_spark(table):
-        table.write.mode("overwrite").parquet(directory)
-    elif is_local(directory):
-        write_table(table if isinstance(table, pa.Table) else pa.Table.from_pandas(table, schema=_arrow_state_schema(),
-                                                                                  preserve_index=False),
-                    directory, "parquet")
+        table.sortWithinPartitions("item").write.mode("overwrite").parquet(directory)
+        return
+    if not isinstance(table, pa.Table):
+        table = pa.Table.from_pandas(table, schema=_arrow_state_schema(), preserve_index=False)
+    table = table.sort_by("item")
+    if is_local(directory):
+        import pyarrow.parquet as pq
+
+        os.makedirs(strip_file_scheme(directory), exist_ok=True)
+        pq.write_table(table, os.path.join(strip_file_scheme(directory), "part-00000.parquet"),
+                       row_group_size=STATE_ROW_GROUP)
     else:
-        spark.createDataFrame(_pandas(table), STATE_SCHEMA).coalesce(1).write.mode("overwrite").parquet(directory)
+        spark.createDataFrame(table.to_pandas(), STATE_SCHEMA).coalesce(1).write.mode("overwrite").parquet(directory)
 
 
-def revisited(state: Any, touched: Any) -> Any:
-    """The state rows of the ``touched`` items (a table with ``item``) that the previous run fitted (a pandas
-    frame when the state is local: they are the day's revisits, not the history)."""
-    if _is_spark(state):
-        return state.join(touched.select("item").distinct(), "item", "left_semi")
+def _rows_of_items(directory: str, items: Any) -> Any:
+    """The rows of the local Parquet state table at ``directory`` whose ``item`` is in ``items`` (a pyarrow
+    string array), reading only the row groups whose ``item`` range can hold one of them."""
     import pyarrow as pa
     import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 
-    items = pa.array(pd.unique(touched["item"]), type=pa.string())
-    return state.filter(pc.is_in(state["item"], value_set=items)).to_pandas()
+    from crowdspark.io.paths import strip_file_scheme
+
+    wanted = np.sort(np.asarray(items.to_pylist(), dtype=object).astype(str))
+    folder = strip_file_scheme(directory)
+    parts = []
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".parquet"))
+        for name in names:
+            handle = pq.ParquetFile(os.path.join(folder, name))
+            column = handle.schema_arrow.get_field_index("item")
+            groups = [g for g in range(handle.num_row_groups)
+                      if _may_hold(handle.metadata.row_group(g).column(column).statistics, wanted)]
+            if groups:
+                parts.append(handle.read_row_groups(groups))
+    except Exception as exc:  # noqa: BLE001 - any reader's failure means the same to the user
+        raise InputError(f"cannot read an earlier run's item state at {directory!r} ({type(exc).__name__}: "
+                         f"{str(exc)[:300]}); run a full refit (--full-refit)") from exc
+    if not parts:
+        return _arrow_state_schema().empty_table()
+    table = pa.concat_tables(parts)
+    return table.filter(pc.is_in(table["item"], value_set=items))
+
+
+def _may_hold(statistics: Any, wanted: np.ndarray) -> bool:
+    """Whether a row group with these ``item`` statistics can hold one of the sorted keys ``wanted``."""
+    if statistics is None or not statistics.has_min_max:
+        return True
+    low, high = str(statistics.min), str(statistics.max)
+    first = np.searchsorted(wanted, low, side="left")
+    return bool(first < len(wanted) and wanted[first] <= high)
 
 
 def revisit_summary(rows: Any) -> tuple[int, int, list[str]]:
@@ -280,3 +302,115 @@ def previous_sums(earlier: Any, rows: Any, encoding: Encoding, as_of: _dt.date, 
         return sum_stats(tree_from_bytes(bytes(r["sums"])) for r in parts.collect())
     joined = earlier[["item", "worker", "label"]].merge(rows[["item", "visited", "resp"]], on="item")
     return add_stats({}, _sums_of_frame(joined, encoding, as_of, decay, width))
+
+
+# ---- the index: where each item's newest state row is ------------------------------------------------------
+def _arrow_index(items: Any, ordinal: int):
+    import pyarrow as pa
+
+    items = items if isinstance(items, (pa.Array, pa.ChunkedArray)) else pa.array(items, type=pa.string())
+    return pa.table({"item": items, "run": pa.array(np.full(len(items), ordinal, dtype=np.int32))})
+
+
+def read_index(run: str, spark: Any) -> Any:
+    """The index of the run at ``run``: a pyarrow Table (``spark`` ``None``; the Arrow IPC file memory-mapped)
+    or a Spark DataFrame.
+
+    Raises
+    ------
+    InputError
+        When the run has no readable index (written by an older crowdspark: refit in full).
+    """
+    from crowdspark.io.files import files_for
+    from crowdspark.io.paths import is_local, strip_file_scheme
+
+    run = run.rstrip("/")
+    files = files_for(run, spark)
+    arrow, folder = f"{run}/{INDEX_FILE}", f"{run}/{INDEX_FOLDER}"
+    try:
+        if spark is not None and files.exists(folder):
+            return spark.read.parquet(folder)
+        if files.exists(arrow) and is_local(arrow):
+            import pyarrow as pa
+
+            table = pa.ipc.open_file(pa.memory_map(strip_file_scheme(arrow))).read_all()
+            return table if spark is None else spark.createDataFrame(table.to_pandas(), "item string, run int")
+        if files.exists(folder):
+            return read_table(folder, None, "the previous run's index")
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any reader's failure means the same to the user
+        raise InputError(f"cannot read the item index of the previous run {run!r} ({type(exc).__name__}: "
+                         f"{str(exc)[:300]}); run a full refit (--full-refit)") from exc
+    raise InputError(f"the previous run {run!r} has no item index ({INDEX_FILE} or {INDEX_FOLDER}/): it was written "
+                     "by an older crowdspark; run a full refit (--full-refit)")
+
+
+def index_of(state: Any, ordinal: int) -> Any:
+    """The index of the items of a state table, all pointing at the run at position ``ordinal``."""
+    if _is_spark(state):
+        from pyspark.sql import functions as F
+
+        return state.select("item", F.lit(ordinal).cast("int").alias("run"))
+    return _arrow_index(state["item"], ordinal)
+
+
+def updated_index(index: Any, fitted: Any, ordinal: int, spark: Any) -> Any:
+    """``index`` with the items of ``fitted`` (a table with ``item``) pointing at the run at ``ordinal``."""
+    if _is_spark(index):
+        fitted = fitted if _is_spark(fitted) else spark.createDataFrame(_pandas(fitted)[["item"]], "item string")
+        return index.join(fitted.select("item"), "item", "left_anti").unionByName(index_of(fitted, ordinal))
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    items = pa.array(pd.unique(_pandas(fitted)["item"]), type=pa.string())
+    kept = index.filter(pc.invert(pc.is_in(index["item"], value_set=items)))
+    return pa.concat_tables([kept, _arrow_index(items, ordinal)])
+
+
+def write_index(index: Any, run: str, spark: Any) -> None:
+    """Write ``index`` into the (staged) run at ``run``: Arrow IPC locally, Parquet with Spark."""
+    from crowdspark.io.paths import is_local, strip_file_scheme
+
+    if not _is_spark(index) and is_local(run):
+        import pyarrow as pa
+
+        path = strip_file_scheme(f"{run.rstrip('/')}/{INDEX_FILE}")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with pa.ipc.new_file(path, index.schema) as writer:
+            writer.write_table(index)
+        return
+    if not _is_spark(index):
+        index = spark.createDataFrame(index.to_pandas(), "item string, run int")
+    index.write.mode("overwrite").parquet(f"{run.rstrip('/')}/{INDEX_FOLDER}")
+
+
+def state_rows(index: Any, touched: Any, runs: list[str], spark: Any) -> Any:
+    """The newest state rows of the ``touched`` items (a table with ``item``) that the chain ``runs`` fitted:
+    only the state deltas of the runs the index names for them are read (a pandas frame locally)."""
+    if _is_spark(index):
+        from pyspark.sql import functions as F
+
+        hits = index.join(touched.select("item").distinct(), "item", "left_semi")
+        ordinals = sorted(int(r["run"]) for r in hits.select("run").distinct().collect())
+        if not ordinals:
+            return spark.createDataFrame([], STATE_SCHEMA)
+        parts = [read_table(state_path(runs[o]), spark, "an earlier run's item state")
+                 .withColumn("run", F.lit(o).cast("int")) for o in ordinals]
+        union = parts[0]
+        for part in parts[1:]:
+            union = union.unionByName(part)
+        return union.join(hits, ["item", "run"], "left_semi").drop("run")
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    items = pa.array(pd.unique(_pandas(touched)["item"]), type=pa.string())
+    hits = index.filter(pc.is_in(index["item"], value_set=items))
+    ordinals = np.unique(hits["run"].to_numpy())
+    frames = []
+    for o in ordinals:
+        wanted = hits.filter(pc.equal(hits["run"], pa.scalar(int(o), pa.int32())))["item"]
+        frames.append(_rows_of_items(state_path(runs[int(o)]), wanted.combine_chunks()))
+    if not frames:
+        return _arrow_state_schema().empty_table().to_pandas()
+    return pa.concat_tables(frames).to_pandas()

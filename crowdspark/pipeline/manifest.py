@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+import os
 from typing import Any
 
 from crowdspark.errors import ConfigError, InputError
@@ -96,6 +97,34 @@ def _previous_manifest(run_path: str | None, spark: Any) -> dict[str, Any] | Non
     return inputs if isinstance(inputs, dict) else None
 
 
+def _absolute_paths(inputs: dict[str, Any]) -> dict[str, str]:
+    """The local input paths (``labels``, ``gold``) made absolute, so that the summary names them from anywhere."""
+    paths = {}
+    for what in ("labels", "gold"):
+        path = inputs.get(what)
+        if isinstance(path, str) and not path.startswith("<") and "://" not in path and not path.startswith("file:"):
+            paths[what] = os.path.abspath(path)
+    return paths
+
+
+def _missing_days(manifest: dict[str, Any], window: Window, days: dict[str, int], first_run: bool) -> None:
+    """The window's days without labels (``missing_days``, a warning).  On an output's first run, the days
+    before its first labelled day are the days before the data began (``days_before_data``, logged), not gaps."""
+    missing = [day for day in window.days() if day not in days]
+    if first_run and days:
+        first = min(days)
+        manifest["days_before_data"] = [day for day in missing if day < first]
+        missing = [day for day in missing if day > first]
+        if manifest["days_before_data"]:
+            log.info("the labels begin on %s: %d earlier day(s) of the window precede the data", first,
+                     len(manifest["days_before_data"]))
+    manifest["missing_days"] = missing
+    if missing:
+        message = f"no labels for {len(missing)} day(s) of the window: {missing[:10]}"
+        log.warning("%s", message)
+        manifest["warnings"].append(message)
+
+
 def run_manifest(
     prepared_inputs: dict[str, Any],
     signature: dict[str, Any],
@@ -113,23 +142,18 @@ def run_manifest(
     """
     manifest: dict[str, Any] = {
         **prepared_inputs,
+        **_absolute_paths(prepared_inputs),
         "run_id": run_id,
         "as_of": as_of.isoformat(),
         "files": {what: {k: v for k, v in entry.items() if k != "path"}
                   for what, entry in signature.items() if isinstance(entry, dict)},
         "warnings": [],
     }
+    previous = _previous_manifest(previous_path, spark)
     if window is not None:
         manifest["window"] = {"column": window.column, "start": window.start and window.start.isoformat(),
                               "end": window.end.isoformat()}
-        days = prepared_inputs.get("days", {})
-        missing = [day for day in window.days() if day not in days]
-        manifest["missing_days"] = missing
-        if missing:
-            message = f"no labels for {len(missing)} day(s) of the window: {missing[:10]}"
-            log.warning("%s", message)
-            manifest["warnings"].append(message)
-    previous = _previous_manifest(previous_path, spark)
+        _missing_days(manifest, window, prepared_inputs.get("days", {}), first_run=previous is None)
     if warm_path:
         manifest["warm_start"] = warm_path
     if previous is not None:

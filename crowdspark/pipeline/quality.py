@@ -24,6 +24,7 @@ from crowdspark.quality import (
     calibration_stats,
     class_agreement_from_stats,
     item_quality,
+    spammer_probability,
     spammer_score,
 )
 from crowdspark.stats import Stats
@@ -31,6 +32,7 @@ from crowdspark.stats import Stats
 __all__ = [
     "RELABEL_COLUMNS",
     "RELABEL_SCHEMA",
+    "RELABEL_ORDER",
     "quality_on",
     "quality_block_stats",
     "worker_confusions",
@@ -41,9 +43,12 @@ __all__ = [
 ]
 
 #: the columns of ``relabel/``, in order
-RELABEL_COLUMNS = ("rank", "item", "label", "confidence", "n_labels", "relabel_gain")
+RELABEL_COLUMNS = ("rank", "item", "label", "confidence", "n_labels", "margin", "relabel_gain")
 #: the Spark schema (DDL) of ``relabel/``
-RELABEL_SCHEMA = "rank long, item string, label string, confidence double, n_labels long, relabel_gain double"
+RELABEL_SCHEMA = ("rank long, item string, label string, confidence double, n_labels long, margin double, "
+                  "relabel_gain double")
+#: the relabel queue's order: (column, ascending), the last a unique key
+RELABEL_ORDER = (("margin", True), ("confidence", True), ("item", True))
 
 
 def quality_on(config: RunConfig) -> bool:
@@ -75,14 +80,16 @@ def worker_quality(stats: Stats, threshold: float) -> dict[str, np.ndarray]:
     -------
     dict
         ``agreement`` (share of the worker's labels equal to its item's inferred class), ``spammer_score``
-        (:func:`crowdspark.quality.spammer_score`, NaN without enough labels) and ``spammer`` (score below
-        ``threshold``).
+        (:func:`crowdspark.quality.spammer_score`, NaN without enough labels), ``spammer_probability``
+        (:func:`crowdspark.quality.spammer_probability`, NaN when agreement tells nothing) and ``spammer``
+        (probability above ``threshold``).
     """
     counts = np.asarray(stats["worker_confusion"])
     with np.errstate(invalid="ignore", divide="ignore"):
         agreement = np.trace(counts, axis1=1, axis2=2) / counts.sum(axis=(1, 2))
-    score = spammer_score(counts)
-    return {"agreement": agreement, "spammer_score": score, "spammer": np.nan_to_num(score, nan=1.0) < threshold}
+    probability = spammer_probability(counts)
+    return {"agreement": agreement, "spammer_score": spammer_score(counts), "spammer_probability": probability,
+            "spammer": np.nan_to_num(probability, nan=0.0) > threshold}
 
 
 def _mean(values: np.ndarray, weights: np.ndarray) -> float | None:
@@ -95,7 +102,7 @@ def quality_summary(stats: Stats, workers: dict[str, np.ndarray], classes: tuple
     """``summary.json``'s ``quality`` section (docs/quality.md, "summary.json")."""
     agreement = class_agreement_from_stats(stats)
     labels = np.asarray(stats["worker_confusion"], dtype=np.float64).sum(axis=(1, 2))
-    scored = np.isfinite(workers["spammer_score"])
+    scored = np.isfinite(workers["spammer_probability"])
     flagged = np.asarray(workers["spammer"], dtype=bool)
     out: dict[str, Any] = {
         "krippendorff_alpha": alpha_from_stats(stats),
@@ -107,9 +114,11 @@ def quality_summary(stats: Stats, workers: dict[str, np.ndarray], classes: tuple
             "spammers": int(flagged.sum()),
             "spammer_labels": int(labels[flagged].sum()),
             "mean_agreement": _mean(np.nan_to_num(workers["agreement"]), labels),
-            "mean_spammer_score": _mean(np.nan_to_num(workers["spammer_score"]), np.where(scored, labels, 0)),
+            "mean_spammer_score": _mean(np.nan_to_num(workers["spammer_score"]),
+                                        np.where(np.isfinite(workers["spammer_score"]), labels, 0)),
         },
-        "relabel": {"budget": config.relabel.budget, "order": ["relabel_gain desc", "confidence asc", "item asc"]},
+        "relabel": {"budget": config.relabel.budget,
+                    "order": [f"{c} {'asc' if up else 'desc'}" for c, up in RELABEL_ORDER]},
     }
     if has_gold:
         out["calibration"] = calibration_from_stats(stats)
@@ -123,18 +132,18 @@ def with_item_quality(result: ItemResult, block: Block, confusion: np.ndarray) -
 
 
 def relabel_queue(items: Any, budget: int) -> Any:
-    """The relabel queue of an item table (pandas, pyarrow or Spark): the ``budget`` items (0: all) with the largest
-    ``relabel_gain``, ties by lowest ``confidence`` then item id, numbered from 1 in ``rank``
-    (:data:`RELABEL_COLUMNS`)."""
+    """The relabel queue of an item table (pandas, pyarrow or Spark): the ``budget`` items (0: all) with the
+    smallest ``margin``, ties by lowest ``confidence`` then item id (:data:`RELABEL_ORDER`), numbered from 1 in
+    ``rank`` (:data:`RELABEL_COLUMNS`)."""
     columns = list(RELABEL_COLUMNS[1:])
     if hasattr(items, "sparkSession"):
         return _spark_queue(items.select(*columns), budget)
     if isinstance(items, pa.Table):  # Arrow sorts the ids in C++, with NaN last as pandas does
-        keys = [("relabel_gain", "descending"), ("confidence", "ascending"), ("item", "ascending")]
+        keys = [(c, "ascending" if up else "descending") for c, up in RELABEL_ORDER]
         order = pc.sort_indices(items, sort_keys=keys)
         queue = items.select(columns).take(order[:budget] if budget else order).to_pandas()
     else:
-        queue = items[columns].sort_values(["relabel_gain", "confidence", "item"], ascending=[False, True, True],
+        queue = items[columns].sort_values([c for c, _ in RELABEL_ORDER], ascending=[up for _, up in RELABEL_ORDER],
                                            kind="mergesort")
     if budget:
         queue = queue.head(budget)
@@ -144,15 +153,25 @@ def relabel_queue(items: Any, budget: int) -> Any:
 
 
 def _spark_queue(items: Any, budget: int) -> Any:
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    order = [F.col("relabel_gain").desc(), F.col("confidence").asc(), F.col("item").asc()]
+    order = [F.col(c).asc() if up else F.col(c).desc() for c, up in RELABEL_ORDER]
     ranked = items.orderBy(*order)
-    if budget:
-        # a sort followed by a limit is one sorted partition of at most ``budget`` rows: number them in place
-        rank = F.monotonically_increasing_id() + 1
-        ranked = ranked.limit(budget).coalesce(1)
-    else:
-        rank = F.row_number().over(Window.orderBy(*order))
+    if not budget:
+        return _numbered(ranked).select("rank", *RELABEL_COLUMNS[1:])
+    # a sort followed by a limit is one sorted partition of at most ``budget`` rows: number them in place
+    rank = F.monotonically_increasing_id() + 1
+    ranked = ranked.limit(budget).coalesce(1)
     return ranked.withColumn("rank", rank.cast("long")).select("rank", *RELABEL_COLUMNS[1:])
+
+
+def _numbered(ranked: Any) -> Any:
+    """A globally sorted Spark DataFrame with ``rank`` (1, 2, ...) in its order, numbered where its partitions
+    are (``RDD.zipWithIndex``: one job counts each partition's rows, then each row's rank is its partition's
+    offset plus its place in it).  Both jobs read the one RDD, so they share the sort's shuffle output and see
+    the same partitions (a DataFrame evaluated twice would sample its range boundaries twice)."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    schema = StructType([StructField("rank", LongType(), False), *ranked.schema.fields])
+    rows = ranked.rdd.zipWithIndex().map(lambda pair: (pair[1] + 1, *pair[0]))
+    return ranked.sparkSession.createDataFrame(rows, schema)

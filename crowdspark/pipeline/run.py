@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
-from contextlib import contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -14,6 +14,7 @@ import pandas as pd
 
 from crowdspark.config import RunConfig
 from crowdspark.errors import ConfigError, InputError
+from crowdspark.io.chain import check_outside_chain
 from crowdspark.io.files import files_for
 from crowdspark.io.lock import OutputLock
 from crowdspark.io.paths import check_local_folder_writable, is_local, strip_file_scheme
@@ -64,7 +65,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class RunResult:
     """What :func:`aggregate` and :func:`aggregate_frames` return: the summary (``summary.json``) and, when the
-    local engine fitted, the item and worker tables (``None`` on Spark, where the items stay distributed)."""
+    local engine fitted, the item and worker tables (``None`` on Spark, where the items stay distributed).  The
+    item table is what the run wrote to ``items/``: on an incremental night, the items it fitted
+    (``summary["items_scope"]``; :func:`crowdspark.io.chain.read_items` reads the whole answer)."""
 
     summary: dict[str, Any]
     items: pd.DataFrame | None = None
@@ -191,6 +194,8 @@ def _plan(config: RunConfig, labels_path: str, output_dir: str | None, gold_path
             output_dir):
         previous = latest_run_before(output_dir, as_of, spark)
     night = plan_night(config, previous, as_of, full_refit, spark)
+    if night is not None and not night.full and destination is not None:
+        check_outside_chain(destination, night.previous, spark)
     if initial_workers and night is not None and not night.full:
         raise ConfigError(f"--initial-workers starts a fit's workers, and this night continues the previous run "
                           f"{night.previous!r} incrementally; give it with --full-refit, or drop it")
@@ -207,8 +212,8 @@ def preflight(config: RunConfig, labels_path: str, output_dir: str | None, gold_
     if all(is_local(path) for path in paths if path):
         plan = _plan(config, labels_path, output_dir, gold_path, None, warm_start, run_id, as_of, full_refit,
                      initial_workers)
-        if plan.destination is not None:
-            _lock(plan.destination, config, None).check_free()
+        for lock in _locks(plan.destination, config, None):
+            lock.check_free()
 
 
 def aggregate(
@@ -268,8 +273,9 @@ def aggregate(
     """
     plan = _plan(config, labels_path, output_dir, gold_path, spark, warm_start, run_id, as_of, full_refit,
                  initial_workers)
-    lock = _lock(plan.destination, config, spark) if plan.destination else None
-    with lock or _no_lock():
+    with ExitStack() as held:
+        for lock in _locks(plan.destination, config, spark):
+            held.enter_context(lock)
         recovered = recover(plan.destination, spark) if plan.destination else None
         if output_dir is not None and run_id is not None:
             make_run_root(output_dir, spark)
@@ -298,13 +304,15 @@ def _table_path(plan: _Plan) -> str | None:
     return plan.table.source if plan.table is not None else None
 
 
-def _lock(destination: str, config: RunConfig, spark: Any) -> OutputLock:
-    return OutputLock(files_for(destination, spark), destination, config.nightly.lock_stale_hours * 3600)
-
-
-@contextmanager
-def _no_lock():
-    yield
+def _locks(destination: str | None, config: RunConfig, spark: Any) -> list[OutputLock]:
+    """One writer per output and per ``engine.checkpoint_dir``: the locks the run holds until it is done."""
+    stale = config.nightly.lock_stale_hours * 3600
+    locks = [OutputLock(files_for(destination, spark), destination, stale)] if destination else []
+    checkpoints = config.engine.checkpoint_dir
+    if checkpoints and is_local(checkpoints):
+        folder = strip_file_scheme(checkpoints)
+        locks.append(OutputLock(files_for(folder, None), folder, stale))
+    return locks
 
 
 def _fit_window(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
