@@ -67,10 +67,14 @@ class LocalEngine(Engine):
 
     def items(self, fn: ItemFn, value: Any, to_batch: ItemBatchFn, schema: str) -> pd.DataFrame:
         """The item table as a pandas DataFrame (array columns hold numpy arrays)."""
+        return self.item_table(fn, value, to_batch).to_pandas()
+
+    def item_table(self, fn: ItemFn, value: Any, to_batch: ItemBatchFn):
+        """The item table as a pyarrow Table: the blocks' batches, with no Python object per item."""
         import pyarrow as pa
 
-        batches = [to_batch(block, result) for block, result in self.map_items(fn, value)]
-        return pa.Table.from_batches(batches).to_pandas()
+        return pa.Table.from_batches([to_batch(block, fn(block, self.states[j], value))
+                                      for j, block in enumerate(self.blocks)])
 
     def map_items(self, fn: ItemFn, value: Any) -> list[tuple[Block, ItemResult]]:
         """Per-item results of every block, in block order."""

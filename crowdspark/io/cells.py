@@ -41,6 +41,7 @@ __all__ = [
     "SPARK_ERROR_END",
     "canonical_arrow",
     "canonical_values",
+    "canonical_text",
     "canonical_spark",
     "non_integral_error",
     "unsupported_type_error",
@@ -147,6 +148,34 @@ def canonical_values(series: pd.Series, what: str, source: str, column: str) -> 
         return _mixed_values(series, what, source, column)
     text = canonical_arrow(pa.array(series, from_pandas=True), what, source, column)
     return text.to_numpy(zero_copy_only=False)
+
+
+def canonical_text(series: pd.Series, what: str, source: str, column: str) -> pa.Array:
+    """:func:`canonical_values` as an Arrow string array, without a Python object per cell for columns that
+    are not object columns (Arrow-backed, numeric, boolean).
+
+    Returns
+    -------
+    pyarrow StringArray, shape (n,)
+        Nulls where a value is missing.
+    """
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        return _canonical_categorical(series.array, what, source, column)
+    if series.dtype == object:
+        return pa.array(canonical_values(series, what, source, column), type=pa.string(), from_pandas=True)
+    return canonical_arrow(pa.array(series, from_pandas=True), what, source, column)
+
+
+def _canonical_categorical(values: pd.Categorical, what: str, source: str, column: str) -> pa.DictionaryArray:
+    """The canonical text of a categorical column, computed once per category that a row uses: a dictionary
+    array of its codes (``-1``: null) into the categories' text."""
+    codes = values.codes
+    used = np.bincount(codes[codes >= 0], minlength=len(values.categories)) > 0
+    if not used.all():  # an unused category is not a value of the column: its text is not asked for
+        remap = np.cumsum(used) - 1
+        codes = np.where(codes >= 0, remap[np.maximum(codes, 0)], -1)
+    words = canonical_text(pd.Series(values.categories[used]), what, source, column)
+    return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0), words)
 
 
 def _mixed_values(series: pd.Series, what: str, source: str, column: str) -> np.ndarray:

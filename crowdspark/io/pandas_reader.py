@@ -8,14 +8,17 @@ parsers (strict RFC 4180 quoting, one record per line), Parquet with its Arrow t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from operator import itemgetter, methodcaller
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from crowdspark.config import GoldConfig, InputConfig
 from crowdspark.errors import InputError
-from crowdspark.io.cells import canonical_values
+from crowdspark.io.cells import canonical_text, canonical_values
 from crowdspark.io.paths import infer_format, resolve_local_paths
 from crowdspark.io.rules import (
     Encoding,
@@ -44,15 +47,23 @@ __all__ = [
     "prepare_gold",
     "gold_unmatched",
     "encode_rows",
+    "check_encoded",
 ]
 
 
-def read_frame(path: str, fmt: str, what: str) -> pd.DataFrame:
+def read_frame(path: str, fmt: str, what: str, dictionary: tuple[str, ...] = ()) -> pd.DataFrame:
     """Read a local file, folder or glob with the pandas reader.
 
     CSV and JSON lines are read as text (:func:`read_csv_file`, :func:`read_json_file`); Parquet keeps its
     column types (as ``pd.ArrowDtype`` columns) for :func:`canonical_frame`.  The files of one CSV input must
     share one header.
+
+    Parameters
+    ----------
+    dictionary : tuple of str
+        Columns read as categoricals where the reader can (no string per cell; :func:`prepare_labels` encodes
+        them as they are): Parquet string columns from the files' dictionaries, the columns of CSV files that
+        pyarrow reads.
 
     Raises
     ------
@@ -62,7 +73,10 @@ def read_frame(path: str, fmt: str, what: str) -> pd.DataFrame:
     files = resolve_local_paths(path, what)
     if fmt == "auto":
         fmt = infer_format(path, files, what)
-    readers = {"csv": read_csv_file, "parquet": _read_parquet_file, "json": read_json_file}
+    if fmt == "parquet" and dictionary:
+        return _read_parquet_files(files, what, path, dictionary)
+    readers = {"csv": partial(read_csv_file, dictionary=dictionary), "parquet": _read_parquet_file,
+               "json": read_json_file}
     parts = [(name, readers[fmt](name, what, path)) for name in files]
     parts = [(name, part) for name, part in parts if part is not None]
     if fmt == "csv":
@@ -83,11 +97,12 @@ def _open_text(name: str):
     return opener(name, "rt", encoding="utf-8-sig", newline="")
 
 
-def read_csv_file(name: str, what: str, source: str) -> pd.DataFrame | None:
+def read_csv_file(name: str, what: str, source: str, dictionary: tuple[str, ...] = ()) -> pd.DataFrame | None:
     """One CSV file as text, as Spark reads CSV (RFC 4180 quoting, one record per line).
 
     Every cell is the string between the commas, unquoted (``""`` inside quotes is one quote); an empty
-    cell, quoted or not, is null.  ``None`` for an empty file.
+    cell, quoted or not, is null.  ``None`` for an empty file.  The columns named in ``dictionary`` are
+    categoricals when pyarrow reads the file (:func:`_read_csv_arrow`).
 
     Raises
     ------
@@ -98,6 +113,10 @@ def read_csv_file(name: str, what: str, source: str) -> pd.DataFrame | None:
     """
     import csv
 
+    table = _read_csv_arrow(name, dictionary)
+    if table is not None:
+        _check_unique_header(table.column_names, what, source, name)
+        return table.to_pandas(types_mapper=_arrow_or_categorical)
     try:
         with _open_text(name) as handle:
             reader = csv.reader(handle, strict=True)
@@ -129,6 +148,58 @@ def read_csv_file(name: str, what: str, source: str) -> pd.DataFrame | None:
     frame = pd.DataFrame(data, index=pd.RangeIndex(len(body)))
     frame.columns = header
     return frame
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _csv_header(head: bytes) -> list[str] | None:
+    """The header of a CSV file without quotes from its first bytes: the first line that is not blank, split
+    at the commas (``None`` when there is none, or it is not UTF-8)."""
+    import re
+
+    line = re.match(rb"[\r\n]*([^\r\n]*)", head.removeprefix(_BOM))
+    try:
+        text = line.group(1).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text.split(",") if text else None
+
+
+def _read_csv_arrow(name: str, dictionary: tuple[str, ...] = ()):
+    """A CSV file without any quote character, read by pyarrow's CSV reader with every column as text
+    (the rules of :func:`read_csv_file`: without quotes, a cell is the text between the commas).
+
+    ``None`` when this path does not apply: a compressed file, a file that holds a quote (quoting rules are
+    checked by Python's strict reader), or a file pyarrow refuses (a row with another number of fields, a
+    file that is not UTF-8, no record): :func:`read_csv_file` then reads it with Python's reader, which
+    accepts the same files and says what is wrong with the others.
+
+    Returns
+    -------
+    pyarrow.Table or None
+        String columns named by the header (dictionary arrays for those in ``dictionary``); empty cells are
+        null.
+    """
+    import mmap
+
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    if name.endswith((".gz", ".bz2")):
+        return None
+    try:
+        with open(name, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            header = None if data.find(b'"') >= 0 else _csv_header(data[: 1 << 20])
+        if header is None or len(set(header)) != len(header):
+            return None
+        coded = pa.dictionary(pa.int32(), pa.string())
+        types = {column: coded if column in dictionary else pa.string() for column in header}
+        convert = pacsv.ConvertOptions(column_types=types,
+                                       strings_can_be_null=True, null_values=[""])
+        return pacsv.read_csv(name, convert_options=convert)
+    except (OSError, ValueError, pa.ArrowInvalid):  # an empty file cannot be mapped; Python's reader decides
+        return None
 
 
 def _csv_record_error(name: str, n_fields: int, what: str, source: str) -> InputError:
@@ -193,13 +264,39 @@ def read_json_file(name: str, what: str, source: str) -> pd.DataFrame | None:
 def _read_parquet_file(name: str, what: str, source: str) -> pd.DataFrame:
     """One Parquet file with its Arrow types, every column a column (pandas index metadata ignored, as
     Spark does)."""
+    return _parquet_table(name, what, source).to_pandas(types_mapper=pd.ArrowDtype, ignore_metadata=True)
+
+
+def _parquet_table(name: str, what: str, source: str, dictionary: tuple[str, ...] = ()) -> pa.Table:
+    """One Parquet file as an Arrow table; its string columns among ``dictionary`` as dictionary arrays."""
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(name)
+        if dictionary:
+            schema = pq.read_schema(name)
+            dictionary = tuple(c for c in dictionary if c in schema.names and pa.types.is_string(schema.field(c).type))
+        return pq.read_table(name, read_dictionary=list(dictionary) or None)
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read {what} at {source!r}: file {name!r} is not readable as Parquet: {exc}") from exc
-    return table.to_pandas(types_mapper=pd.ArrowDtype, ignore_metadata=True)
+
+
+def _arrow_or_categorical(kind: pa.DataType):
+    """The pandas type of an Arrow column: a categorical for a dictionary, else ``pd.ArrowDtype``."""
+    return None if pa.types.is_dictionary(kind) else pd.ArrowDtype(kind)
+
+
+def _read_parquet_files(files: list[str], what: str, source: str, dictionary: tuple[str, ...]) -> pd.DataFrame:
+    """Parquet files as one frame whose string columns among ``dictionary`` are categoricals (one set of
+    categories over all the files); files whose schemas Arrow cannot unify are read one by one and
+    concatenated by pandas, as :func:`read_frame` does without ``dictionary``."""
+    tables = [_parquet_table(name, what, source, dictionary) for name in files]
+    try:
+        table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        frames = [t.to_pandas(types_mapper=_arrow_or_categorical, ignore_metadata=True) for t in tables]
+        return pd.concat(frames, ignore_index=True)
+    del tables
+    return table.to_pandas(types_mapper=_arrow_or_categorical, ignore_metadata=True)
 
 
 def _check_unique_header(header: list[str], what: str, source: str, name: str) -> None:
@@ -246,11 +343,37 @@ def _check_frame(frame: object, what: str, source: str) -> None:
 
 @dataclass(frozen=True)
 class Labels:
-    """Validated labels (pandas): string columns ``item``, ``worker``, ``label`` and the encoding."""
+    """Validated labels (pandas): columns ``item``, ``worker``, ``label`` and the encoding.
+
+    Each column is categorical (int32 codes into its distinct strings, sorted), so ten million labels hold
+    no Python object per cell.
+    """
 
     frame: pd.DataFrame
     encoding: Encoding
     source: str
+
+    @property
+    def items(self) -> pd.Index:
+        """The distinct item ids, sorted, shape (n,)."""
+        return self.frame["item"].cat.categories
+
+
+def _sorted_categorical(text: pa.Array) -> pd.Categorical:
+    """The strings of ``text`` (no null) as a categorical whose categories are sorted (code point order, as
+    Python compares strings) and whose codes are int32."""
+    if pa.types.is_dictionary(text.type):  # distinct categories may share one canonical text: encode them
+        words = pc.dictionary_encode(text.dictionary)
+        indices, dictionary = words.indices.to_numpy()[text.indices.to_numpy()], words.dictionary
+    else:
+        encoded = pc.dictionary_encode(text)
+        indices, dictionary = encoded.indices.to_numpy(), encoded.dictionary
+    order = pc.sort_indices(dictionary).to_numpy()
+    rank = np.empty(len(order), dtype=np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    codes = rank[indices]
+    categories = pd.Index(dictionary.take(order).to_numpy(zero_copy_only=False), dtype=object)
+    return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(categories), validate=False)
 
 
 def prepare_labels(frame: pd.DataFrame, cfg: InputConfig, source: str) -> Labels:
@@ -269,13 +392,13 @@ def prepare_labels(frame: pd.DataFrame, cfg: InputConfig, source: str) -> Labels
     check_columns(list(frame.columns), cols, "labels", source, "input")
     if len(frame) == 0:
         raise empty_labels_error(source)
-    out = canonical_frame(frame, cols, "labels", source)
+    texts = {role: canonical_text(frame[column], "labels", source, column) for role, column in cols.items()}
     for role, column in cols.items():
-        n_null = int(out[role].isna().sum())
-        if n_null:
-            raise null_error("labels", source, column, n_null)
-    classes = decide_classes(sorted(out["label"].unique()), cfg.classes, source, cfg.label)
-    workers = tuple(sorted(out["worker"].unique()))
+        if texts[role].null_count:
+            raise null_error("labels", source, column, texts[role].null_count)
+    out = pd.DataFrame({role: _sorted_categorical(texts.pop(role)) for role in cols})
+    classes = decide_classes(list(out["label"].cat.categories), cfg.classes, source, cfg.label)
+    workers = tuple(out["worker"].cat.categories)
     return Labels(frame=out, encoding=Encoding(workers=workers, classes=tuple(classes)), source=source)
 
 
@@ -289,10 +412,11 @@ class Gold:
 
 
 def prepare_gold(frame: pd.DataFrame, cfg: GoldConfig, classes: list[str], source: str,
-                 label_items: pd.Series | None = None) -> Gold:
+                 label_items: pd.Index | pd.Series | None = None) -> Gold:
     """Validate a gold frame against the class set.
 
-    Only the gold of items with labels (``label_items``, when given) must name a class of the run: the others
+    Only the gold of items with labels (``label_items``, the labelled item ids, when given) must name a class
+    of the run: the others
     are never scored (``gold_items_without_labels``), as when one gold file serves a window of dated labels.
     """
     cols = {"item": cfg.item, "truth": cfg.truth}
@@ -317,10 +441,10 @@ def prepare_gold(frame: pd.DataFrame, cfg: GoldConfig, classes: list[str], sourc
 
 def gold_unmatched(labels: Labels, gold: Gold) -> str | None:
     """The warning of :func:`gold_unmatched_warning` when no gold item has a label, else ``None``."""
-    items = labels.frame["item"]
-    if not len(gold.frame) or gold.frame["item"].isin(set(items)).any():
+    items = labels.items
+    if not len(gold.frame) or gold.frame["item"].isin(items).any():
         return None
-    return gold_unmatched_warning(gold.source, len(gold.frame), items.nunique(), min(gold.frame["item"]), min(items))
+    return gold_unmatched_warning(gold.source, len(gold.frame), len(items), min(gold.frame["item"]), items[0])
 
 
 def encode_rows(
@@ -342,8 +466,19 @@ def encode_rows(
     """
     worker_code = encoding.worker_codes(worker)
     label_code = encoding.class_codes(label)
-    if (worker_code < 0).any() or (label_code < 0).any():
-        bad = worker[worker_code < 0][:1].tolist() + label[label_code < 0][:1].tolist()
-        raise InputError(f"internal encoding error: value(s) {bad} are not in the run's encoding")
+    check_encoded(worker, worker_code, label, label_code)
     truth_code = None if truth is None else encoding.class_codes(truth)
     return np.asarray(item, dtype=object), worker_code, label_code, truth_code
+
+
+def check_encoded(worker, worker_code: np.ndarray, label, label_code: np.ndarray) -> None:
+    """Every worker and label (arrays of shape (m,)) has a code in the run's encoding (``-1``: none).
+
+    Raises
+    ------
+    InputError
+        Naming the first worker and label without a code.
+    """
+    if (worker_code < 0).any() or (label_code < 0).any():
+        bad = np.asarray(worker)[worker_code < 0][:1].tolist() + np.asarray(label)[label_code < 0][:1].tolist()
+        raise InputError(f"internal encoding error: value(s) {bad} are not in the run's encoding")

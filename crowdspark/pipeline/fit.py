@@ -17,6 +17,7 @@ from crowdspark.block import Block
 from crowdspark.config import RunConfig
 from crowdspark.engine.base import Engine
 from crowdspark.engine.checkpoint import Checkpointer
+from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import FitResult, WarmStart, finish_fn, fit
 from crowdspark.engine.select import LevelChoice, choose_levels, level_plan
 from crowdspark.errors import RUN_COLD, ConfigError, IncompatibleModelError
@@ -319,8 +320,8 @@ class Fitted:
         return {**self.model.item_extras, **(ITEM_COLUMNS if self.quality is not None else {})}
 
     def items(self):
-        """The item table: a pandas DataFrame from the local engine, a lazy Spark DataFrame from the Spark
-        engine (valid until :meth:`close`)."""
+        """The item table: a pyarrow Table from the local engine, a lazy Spark DataFrame from the Spark engine
+        (valid until :meth:`close`)."""
         extras = self.item_extras
         to_batch = partial(_item_batch, classes=self.encoding.classes, extras=extras)
         fn = partial(finish_fn, self.model)
@@ -328,6 +329,8 @@ class Fitted:
             table = self.model.worker_table(self.params, self.result.init_stats)
             confusion, _ = worker_confusions(table, self.encoding.n_classes)
             fn = partial(_finish_with_quality, self.model, average_confusion(confusion, table["n_labels"]))
+        if isinstance(self.prepared.engine, LocalEngine):
+            return self.prepared.engine.item_table(fn, self.params, to_batch)
         return self.prepared.engine.items(fn, self.params, to_batch, item_schema(extras))
 
     def workers(self) -> pd.DataFrame:

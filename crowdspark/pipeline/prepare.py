@@ -13,15 +13,16 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from crowdspark.block import Block, GoldSplit, build_blocks
+from crowdspark.block import Block, GoldSplit, blocks_from_codes
 from crowdspark.config import RunConfig
 from crowdspark.engine.base import Engine
 from crowdspark.engine.local import LocalEngine
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.pandas_reader import (
-    encode_rows,
+    check_encoded,
     gold_unmatched,
     prepare_gold,
     prepare_labels,
@@ -88,21 +89,38 @@ def _unused_classes(classes: tuple[str, ...], used: set[str]) -> int:
     return len([c for c in classes if c not in used])
 
 
+def _categorical(column: pd.Series) -> pd.Categorical:
+    """``column`` as a categorical with sorted categories (the columns of
+    :class:`~crowdspark.io.pandas_reader.Labels` already are)."""
+    if isinstance(column.dtype, pd.CategoricalDtype) and column.cat.categories.is_monotonic_increasing:
+        return column.array
+    codes, uniques = pd.factorize(column.to_numpy(dtype=object), sort=True)
+    return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(pd.Index(uniques, dtype=object)))
+
+
+def _row_codes(column: pd.Categorical, codes_of) -> np.ndarray:
+    """``codes_of`` (an :class:`Encoding` method) applied to each distinct value of ``column`` and spread to
+    its rows, int32 (m,)."""
+    return codes_of(np.asarray(column.categories, dtype=object))[column.codes]
+
+
 def local_blocks(labels_frame: pd.DataFrame, gold_frame: pd.DataFrame | None, encoding: Encoding,
                  max_labels: int, split: GoldSplit | None = None) -> list[Block]:
     """Blocks of validated pandas labels (``item``/``worker``/``label``) with optional gold, split into the
-    gold the fit holds fixed and the held-out gold by ``split``."""
+    gold the fit holds fixed and the held-out gold by ``split``.
+
+    Workers, labels and gold are encoded once per distinct value and spread to the rows by their codes.
+    """
+    items = _categorical(labels_frame["item"])
+    worker = _row_codes(_categorical(labels_frame["worker"]), encoding.worker_codes)
+    label = _row_codes(_categorical(labels_frame["label"]), encoding.class_codes)
+    check_encoded(labels_frame["worker"], worker, labels_frame["label"], label)
     truth = None
     if gold_frame is not None:
-        truth = labels_frame["item"].map(dict(zip(gold_frame["item"], gold_frame["truth"]))).to_numpy(dtype=object)
-    encoded = encode_rows(
-        labels_frame["item"].to_numpy(dtype=object),
-        labels_frame["worker"].to_numpy(dtype=object),
-        labels_frame["label"].to_numpy(dtype=object),
-        truth,
-        encoding,
-    )
-    return build_blocks(*encoded, max_labels=max_labels, split=split)
+        truth_of_item = pd.Index(items.categories).map(dict(zip(gold_frame["item"], gold_frame["truth"])))
+        truth = encoding.class_codes(np.asarray(truth_of_item, dtype=object))[items.codes]
+    uniques = np.asarray(items.categories, dtype=object)
+    return blocks_from_codes(items.codes, uniques, worker, label, truth, max_labels=max_labels, split=split)
 
 
 def _selected(labels_source: str, selection: list[str], read):
@@ -163,11 +181,11 @@ def prepare_frames(
     labels = _selected(labels_source, selection, lambda: prepare_labels(labels_raw, config.input, labels_source))
     enc = labels.encoding
     gold = None if gold_raw is None else prepare_gold(gold_raw, config.gold, list(enc.classes), gold_source,
-                                                      labels.frame["item"])
-    counts = {"unused_classes": _unused_classes(enc.classes, set(labels.frame["label"].unique()))}
+                                                      labels.items)
+    counts = {"unused_classes": _unused_classes(enc.classes, set(labels.frame["label"].cat.categories))}
     input_warnings: list[str] = []
     if gold is not None:
-        counts["gold_items_without_labels"] = int((~gold.frame["item"].isin(set(labels.frame["item"]))).sum())
+        counts["gold_items_without_labels"] = int((~gold.frame["item"].isin(labels.items)).sum())
         counts["gold_repeated_rows"] = gold.repeated_rows
         input_warnings = _logged([gold_unmatched(labels, gold)])
     timer.lap("validate")

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from crowdspark.block import Block
 from crowdspark.config import RunConfig
@@ -130,14 +132,19 @@ def with_item_quality(result: ItemResult, block: Block, confusion: np.ndarray) -
 
 
 def relabel_queue(items: Any, budget: int) -> Any:
-    """The relabel queue of an item table (pandas or Spark): the ``budget`` items (0: all) with the smallest
-    ``margin``, ties by lowest ``confidence`` then item id (:data:`RELABEL_ORDER`), numbered from 1 in ``rank``
-    (:data:`RELABEL_COLUMNS`)."""
+    """The relabel queue of an item table (pandas, pyarrow or Spark): the ``budget`` items (0: all) with the
+    smallest ``margin``, ties by lowest ``confidence`` then item id (:data:`RELABEL_ORDER`), numbered from 1 in
+    ``rank`` (:data:`RELABEL_COLUMNS`)."""
     columns = list(RELABEL_COLUMNS[1:])
     if hasattr(items, "sparkSession"):
         return _spark_queue(items.select(*columns), budget)
-    queue = items[columns].sort_values([c for c, _ in RELABEL_ORDER], ascending=[up for _, up in RELABEL_ORDER],
-                                       kind="mergesort")
+    if isinstance(items, pa.Table):  # Arrow sorts the ids in C++, with NaN last as pandas does
+        keys = [(c, "ascending" if up else "descending") for c, up in RELABEL_ORDER]
+        order = pc.sort_indices(items, sort_keys=keys)
+        queue = items.select(columns).take(order[:budget] if budget else order).to_pandas()
+    else:
+        queue = items[columns].sort_values([c for c, _ in RELABEL_ORDER], ascending=[up for _, up in RELABEL_ORDER],
+                                           kind="mergesort")
     if budget:
         queue = queue.head(budget)
     queue = queue.reset_index(drop=True)

@@ -77,6 +77,12 @@ class RunResult:
     encoding: Encoding | None = None
 
 
+def _pandas_items(items: Any) -> Any:
+    """A local item table (a pyarrow table from the local engine or an incremental night) as pandas; a Spark
+    table as it is."""
+    return items if _is_spark_frame(items) or isinstance(items, pd.DataFrame) else items.to_pandas()
+
+
 def _is_spark_frame(frame: Any) -> bool:
     return frame is not None and not isinstance(frame, pd.DataFrame) and hasattr(frame, "sparkSession")
 
@@ -124,8 +130,8 @@ def aggregate_frames(
     fitted = fit_frames(config, labels, gold, labels_source=labels_source, gold_source=gold_source,
                         options=options)
     try:
-        return RunResult(summary=fitted.summary, items=fitted.items(), workers=fitted.workers(), model=fitted.model,
-                         params=fitted.params, encoding=fitted.encoding)
+        return RunResult(summary=fitted.summary, items=_pandas_items(fitted.items()), workers=fitted.workers(),
+                         model=fitted.model, params=fitted.params, encoding=fitted.encoding)
     finally:
         fitted.close()
 
@@ -351,8 +357,7 @@ def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path:
         items, workers = fitted.items(), fitted.workers()
         if plan.destination is not None:
             write_result(fitted, items, workers, plan.destination, config, spark, extra)
-        if not _is_spark_frame(items) and not isinstance(items, pd.DataFrame):
-            items = items.to_pandas()  # a pyarrow table (an incremental night's local result)
+        items = _pandas_items(items)
         local = isinstance(items, pd.DataFrame)
         result = RunResult(summary=fitted.summary, items=items if local else None, workers=workers if local else None,
                            model=fitted.model, params=fitted.params, encoding=fitted.encoding)

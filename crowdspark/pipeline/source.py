@@ -170,7 +170,11 @@ def read_pandas(source: Source, config: RunConfig, labels_path: str,
                 gold_path: str | None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The labels and gold as pandas frames: read with pandas, or collected from what Spark read."""
     if source.labels_frame is None:
-        labels = read_frame(labels_path, config.input.format, "labels")
+        # workers and labels repeat across row groups and CSV blocks, items seldom: merging per-block
+        # dictionaries of items costs more than encoding their strings once (BENCHMARKS.md, "The local engine
+        # at 10M labels")
+        labels = read_frame(labels_path, config.input.format, "labels",
+                            dictionary=(config.input.worker, config.input.label))
         return labels, read_frame(gold_path, config.gold.format, "gold") if gold_path else None
     from crowdspark.io.spark_reader import to_pandas_strings
 
