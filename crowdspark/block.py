@@ -135,6 +135,31 @@ def _label_order(codes: np.ndarray, worker: np.ndarray, label: np.ndarray, n_ite
     return np.lexsort((label, worker, codes))
 
 
+def _sorted_rows(codes: np.ndarray, worker: np.ndarray, label: np.ndarray,
+                 n_items: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows sorted by (item, worker, label): codes (int64), worker and label (int32), each (m,).
+
+    Rows with equal keys are equal, so the order among them does not matter: the combined key
+    ``(item * K + worker) * C + label`` is sorted by value and decoded, which is faster than ordering the
+    three columns by its argsort (BENCHMARKS.md, "The Spark data path: blocks and write"), unless that key
+    could overflow int64.
+    """
+    K = int(worker.max()) + 1
+    C = int(label.max()) + 1
+    if n_items * K * C >= 2**62:
+        order = np.lexsort((label, worker, codes))
+        return codes[order].astype(np.int64), worker[order], label[order]
+    key = codes.astype(np.int64)
+    key *= K
+    key += worker
+    key *= C
+    key += label
+    key.sort()
+    key, label_sorted = np.divmod(key, C)
+    key, worker_sorted = np.divmod(key, K)
+    return key, worker_sorted.astype(np.int32), label_sorted.astype(np.int32)
+
+
 def build_blocks(
     item_ids: np.ndarray,
     worker: np.ndarray,
@@ -197,19 +222,16 @@ def blocks_from_codes(
     """
     if len(codes) == 0:
         return []
-    worker = np.asarray(worker, dtype=np.int32)
-    label = np.asarray(label, dtype=np.int32)
-    # labels in (item, worker, label) order: per-item sums do not depend on the rows' arrival order
-    order = _label_order(np.asarray(codes), worker, label, len(uniques))
-    codes = np.asarray(codes)[order]
-    worker = worker[order]
-    label = label[order]
-    counts = np.bincount(codes, minlength=len(uniques))
+    row_codes = codes
+    n = len(uniques)
+    codes, worker, label = _sorted_rows(np.asarray(codes), np.asarray(worker, dtype=np.int32),
+                                        np.asarray(label, dtype=np.int32), n)
+    counts = np.bincount(codes, minlength=n)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    if truth is None:
-        item_truth = np.full(len(uniques), -1, dtype=np.int32)
-    else:
-        item_truth = np.asarray(truth, dtype=np.int32)[order][offsets[:-1]]
+    item_truth = np.full(n, -1, dtype=np.int32)
+    if truth is not None:
+        # the rows of an item share its gold: any row's value is the item's
+        item_truth[np.asarray(row_codes)] = np.asarray(truth, dtype=np.int32)
     uniques = np.asarray(uniques, dtype=object)
     keys = _item_keys(uniques)
     item_fixed = np.full(len(uniques), -1, dtype=np.int32)
@@ -220,7 +242,6 @@ def blocks_from_codes(
 
     blocks = []
     start = 0
-    n = len(uniques)
     while start < n:
         # largest end such that offsets[end] - offsets[start] <= max_labels, at least one item
         end = int(np.searchsorted(offsets, offsets[start] + max_labels, side="right")) - 1

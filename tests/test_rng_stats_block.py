@@ -126,6 +126,29 @@ def test_label_order_and_duplicate_pairs_match_their_references():
         assert _count_duplicate_pairs(item, who) == int(np.count_nonzero(n > 1))
 
 
+
+def test_sorted_rows_equal_the_rows_in_lexsort_order():
+    """The sorted, decoded key gives the rows of the lexsort order (also on the overflow fallback), and
+    ``blocks_from_codes`` the gold of each item from any of its rows."""
+    from crowdspark.block import _sorted_rows, blocks_from_codes
+
+    rng = np.random.default_rng(4)
+    for m in (1, 2, 7, 500):
+        codes = rng.integers(0, 40, m)
+        worker = rng.integers(0, 6, m).astype(np.int32)
+        label = rng.integers(0, 3, m).astype(np.int32)
+        order = np.lexsort((label, worker, codes))
+        for n_items in (40, 2**61):
+            got = _sorted_rows(codes, worker, label, n_items)
+            for array, expected in zip(got, (codes[order], worker[order], label[order])):
+                np.testing.assert_array_equal(array, expected)
+            assert (got[0].dtype, got[1].dtype, got[2].dtype) == (np.int64, np.int32, np.int32)
+        present, dense = np.unique(codes, return_inverse=True)
+        item_gold = rng.integers(-1, 3, len(present)).astype(np.int32)
+        uniques = np.array([f"i{j:02d}" for j in present], dtype=object)
+        (block,) = blocks_from_codes(dense, uniques, worker, label, item_gold[dense], max_labels=10**6)
+        np.testing.assert_array_equal(block.truth, item_gold)
+
 def test_build_blocks_of_nothing():
     assert build_blocks(np.array([], dtype=object), np.array([]), np.array([])) == []
 

@@ -105,3 +105,21 @@ def test_a_partition_with_nulls_or_too_many_labels_builds_nothing_and_counts():
         (0, pickle.dumps(PartitionSummary(rows=0, nulls={"item": 0, "worker": 0, "label": 0}), protocol=5))]
     broadcast = _Value((pa.array(["w"], pa.string()), ("x", "y")))
     assert list(_remap_partition(broadcast, iter([(0, empty[0].column(1)[0].as_py())]))) == []
+
+
+def test_the_footers_count_local_parquet_rows_and_anything_else_is_counted_by_spark(spark, tmp_path):
+    import pyarrow.parquet as pq
+
+    from crowdspark.pipeline.prepare import _row_count, filtered_frame, footer_row_count
+
+    frame = pd.read_csv(DATA / "rte" / "labels.csv", dtype=str)
+    folder = tmp_path / "labels"
+    folder.mkdir()
+    for part, rows in enumerate((frame.iloc[:500], frame.iloc[500:])):
+        pq.write_table(pa.Table.from_pandas(rows, preserve_index=False), folder / f"part-{part}.parquet")
+    raw = spark.read.parquet(str(folder))
+    assert footer_row_count(raw, "parquet") == raw.count() == len(frame)
+    assert footer_row_count(raw, "csv") is None
+    selected = filtered_frame(raw, "label = '1'")
+    assert _row_count(selected, selected, raw, False, "parquet") == selected.count() < len(frame)
+    assert _row_count(raw, raw, raw, False, "parquet") == len(frame)

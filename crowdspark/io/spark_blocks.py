@@ -81,12 +81,27 @@ def _sorted_unique(column):
     return unique.take(pc.sort_indices(unique))
 
 
-def _codes(column, dictionary) -> np.ndarray:
-    """Index of each value of an Arrow string column in ``dictionary`` (an Arrow array), int32 (m,)."""
+def _encoded(column):
+    """An Arrow string column encoded in one hash pass: its distinct non-null values, sorted (byte order), and
+    each row's index among them, int32 (m,) (null: -1)."""
     import pyarrow.compute as pc
 
-    codes = pc.index_in(column, value_set=dictionary)
-    return pc.fill_null(codes, -1).to_numpy(zero_copy_only=False).astype(np.int32)
+    encoded = pc.dictionary_encode(column).combine_chunks()
+    dictionary = encoded.dictionary
+    order = pc.sort_indices(dictionary).to_numpy()
+    rank = np.empty(len(order) + 1, dtype=np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    rank[-1] = -1
+    indices = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
+    return dictionary.take(order), rank[indices]
+
+
+def _recoded(codes: np.ndarray, values, dictionary) -> np.ndarray:
+    """``codes`` into ``values`` (an Arrow array) as codes into ``dictionary``, a superset, int32 (m,)."""
+    import pyarrow.compute as pc
+
+    position = np.append(pc.index_in(values, value_set=dictionary).to_numpy(zero_copy_only=False), -1)
+    return position.astype(np.int32)[codes]
 
 
 _SUMMARY, _BLOCK = 0, 1
@@ -107,7 +122,6 @@ def _partition_pass(batches: Iterator, max_labels: int, split: GoldSplit | None)
     driver with the merged counts.
     """
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     from crowdspark.io.spark_reader import _sorted_item_codes
 
@@ -122,16 +136,18 @@ def _partition_pass(batches: Iterator, max_labels: int, split: GoldSplit | None)
     if table.num_rows == 0 or any(nulls.values()):
         yield _row(summary)
         return
-    labels = _sorted_unique(table["label"])
+    labels, label = _encoded(table["label"])
     if len(labels) > MAX_CLASSES:
         yield _row(replace(summary, labels=tuple(labels[: MAX_CLASSES + 1].to_pylist())))
         return
     has_gold = "truth" in table.column_names
-    classes = _sorted_unique(pa.chunked_array([labels, pc.drop_null(table["truth"])]) if has_gold else labels)
-    workers = _sorted_unique(table["worker"])
-    worker = _codes(table["worker"], workers)
-    label = _codes(table["label"], classes)
-    truth = _codes(table["truth"], classes) if has_gold else None
+    truth = None
+    classes = labels
+    if has_gold:
+        truths, truth = _encoded(table["truth"])
+        classes = _sorted_unique(pa.chunked_array([labels, truths]))
+        label, truth = _recoded(label, labels, classes), _recoded(truth, truths, classes)
+    workers, worker = _encoded(table["worker"])
     codes, uniques = _sorted_item_codes(table["item"])
     del table
     blocks = blocks_from_codes(codes, uniques, worker, label, truth, max_labels=max_labels, split=split)

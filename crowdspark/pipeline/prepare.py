@@ -32,7 +32,7 @@ from crowdspark.pipeline.summary import Timer
 from crowdspark.pipeline.window import Window
 
 __all__ = ["Prepared", "prepare_frames", "prepare_spark", "local_blocks", "default_partitions",
-           "LABELS_PER_PARTITION", "filtered_frame"]
+           "LABELS_PER_PARTITION", "filtered_frame", "footer_row_count", "FOOTER_COUNT_FILES"]
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +224,42 @@ def _cache_input(config: RunConfig, input_format: str | None) -> bool:
     return input_format not in COLUMNAR_FORMATS
 
 
+#: most Parquet footers the driver reads to count the labels' rows (beyond: a Spark job counts them)
+FOOTER_COUNT_FILES = 256
+
+
+def footer_row_count(frame, input_format: str | None) -> int | None:
+    """The rows of ``frame`` as read from local Parquet files, from their footers on the driver (no Spark
+    job); ``None`` when ``frame`` is not such a read or lists more than :data:`FOOTER_COUNT_FILES` files.
+
+    ``frame`` must be the reader's frame itself (no filter, no window): the footers count every row.
+    """
+    from crowdspark.io.paths import is_local, strip_file_scheme
+
+    if input_format != "parquet":
+        return None
+    files = frame.inputFiles()
+    if not files or len(files) > FOOTER_COUNT_FILES or not all(is_local(f) for f in files):
+        return None
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return sum(pq.read_metadata(strip_file_scheme(f)).num_rows for f in files)
+    except (OSError, pa.ArrowException):  # Spark's count then reports the file with its message
+        return None
+
+
+def _row_count(labels, selected, raw, cache: bool, input_format: str | None) -> int:
+    """The number of label rows (decides the partitions): Parquet footers when ``selected`` is the read
+    itself, else a Spark count (which fills the cache of a cached frame)."""
+    if not cache and selected is raw:
+        counted = footer_row_count(raw, input_format)
+        if counted is not None:
+            return counted
+    return (labels if cache else selected).count()
+
+
 def filtered_frame(labels_raw, condition: str):
     """``labels_raw`` (a Spark DataFrame) filtered by ``condition`` (``input.filter``; empty: all rows)."""
     if not condition:
@@ -331,8 +367,8 @@ def prepare_spark(
     cached = None
     try:
         with spark_input_errors("labels", labels_source):
-            # the count of a Parquet or ORC frame reads only its footers; a cached frame's count fills the cache
-            n_rows = 0 if config.spark.partitions else (labels if cache else selected).count()
+            # local Parquet: its footers on the driver; a cached frame's count fills the cache
+            n_rows = 0 if config.spark.partitions else _row_count(labels, selected, labels_raw, cache, input_format)
             n_partitions = config.spark.partitions or default_partitions(spark, n_rows)
             timer.lap("validate")
             log.info("reading, validating and grouping the labels at %s into blocks", labels_source)

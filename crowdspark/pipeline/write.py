@@ -21,9 +21,10 @@ __all__ = ["write_result"]
 
 def _written_items(items: Any, directory: str, fmt: str) -> Any:
     """The item table ``relabel/`` is cut from: a Spark table's written Parquet files (reading five columns
-    costs less than computing every item again), else ``items`` itself."""
+    costs less than computing every item again; read with the table's schema, which spares Spark a job to
+    infer it from the files), else ``items`` itself."""
     if fmt == "parquet" and hasattr(items, "sparkSession"):
-        return items.sparkSession.read.parquet(directory)
+        return items.sparkSession.read.schema(items.schema).parquet(directory)
     return items
 
 
