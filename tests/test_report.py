@@ -183,6 +183,21 @@ def test_a_run_given_relative_paths_finds_its_gold_from_another_folder(tmp_path,
     assert facts.calibration is not None and facts.calibration.n == facts.summary["metrics"]["n_gold"]
 
 
+def test_an_incremental_nights_report_says_its_items_are_the_nights(tmp_path):
+    from crowdspark.lake import LakeSpec, make_lake, write_lake
+
+    spec = LakeSpec(days=2, items_per_day=40, labels_per_item=4, n_workers=8, seed=2)
+    labels = str(tmp_path / "labels")
+    write_lake(make_lake(spec), labels)
+    out = tmp_path / "nights"
+    for d in range(spec.days):
+        _aggregate("--labels", labels, "--algorithm", "ds", "--output", str(out), "--run-id", spec.date(d),
+                   "--set", "input.date_column=date", "--set", "incremental.mode=on", "--report")
+    first, second = (_section(_page(out / f"run_id={spec.date(d)}"), "run") for d in range(spec.days))
+    assert "item figures of this page show those items only" not in first  # the first night fits every item
+    assert "items: fitted this night" in second and "crowdspark items" in second
+
+
 def test_a_rerun_replaces_a_result_holding_its_report(runs, tmp_path):
     out = tmp_path / "again"
     _aggregate(*BLUEBIRD, "--algorithm", "mv", "--output", str(out), "--report")

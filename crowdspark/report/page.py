@@ -188,6 +188,8 @@ def _run_section(facts: RunFacts) -> str:
     pairs += [(f"parameter: {k}", v) for k, v in s.get("parameters", {}).items()]
     pairs += [(f"seconds: {k}", v) for k, v in s.get("timings", {}).items()]
     warnings = "".join(_note(f"warning: {w}") for w in s.get("warnings", []))
+    if s.get("items_scope", "all").split(":")[0] != "all":
+        warnings += _note(f"items: {s['items_scope']}. The item figures of this page show those items only.")
     table = _pairs([(k, v) for k, v in pairs if v is not None])
     return (f"{_headline(s)}{warnings}<details><summary>Settings, counts, metrics and timings</summary>{table}"
             "</details>")
