@@ -155,6 +155,8 @@ def fit(
     -------
     FitResult
     """
+    if model.schedule.max_sweeps == 0 and model.n_init_rounds == 0:
+        return _fit(model, engine, warm_start, checkpoint, carried)  # one pass: one plain job, no sweep session
     engine.begin_sweeps(model.stateful)
     try:
         return _fit(model, engine, warm_start, checkpoint, carried)
