@@ -64,6 +64,7 @@ def test_a_worker_table_starts_the_listed_workers_from_their_accuracy(temp):  # 
 @pytest.mark.parametrize("key, value, message", [
     ("smoothing", 0.0, r"one-coin\.smoothing must be a number > 0"),
     ("max_iter", 0, r"one-coin\.max_iter must be an integer >= 1"),
+    ("stop", "never", r"one-coin\.stop"),
 ])
 def test_bad_parameters_are_config_errors(key, value, message):
     with pytest.raises(ConfigError, match=message):
@@ -71,6 +72,8 @@ def test_bad_parameters_are_config_errors(key, value, message):
 
 
 def test_the_crowd_kit_preset_drops_the_smoothing_and_yields_to_explicit_values():
-    assert build_model("one-coin", {"preset": "crowd-kit"}, 3, 2, 0).smoothing == 1e-10
+    preset = build_model("one-coin", {"preset": "crowd-kit"}, 3, 2, 0)
+    assert (preset.smoothing, preset.tol, preset.stop, preset.schedule.stop) == (1e-10, 1e-5, "crowd-kit", "rise")
+    assert build_model("one-coin", {}, 3, 2, 0).schedule.stop == "change"
     assert build_model("one-coin", {"preset": "crowd-kit", "smoothing": 2.0}, 3, 2, 0).smoothing == 2.0
     assert build_model("one-coin", {}, 3, 2, 0).smoothing == 0.5
