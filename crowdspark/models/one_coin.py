@@ -108,9 +108,8 @@ class OneCoinDawidSkene(DawidSkene):
         Pseudo-count ``s`` > 0 added to every worker's right and wrong labels and to every class count.
     stop : {"change", "crowd-kit"}
         The convergence test.  ``"change"``: the objective (the log posterior per label) moves by less than
-        ``tol``.  ``"crowd-kit"``: crowd-kit's loop, the fit loop's ``"rise"`` test
-        (:class:`~crowdspark.models.base.Schedule`) on crowd-kit's objective (:func:`crowdkit_objective`): stop
-        at the first sweep where it rises by less than ``tol`` or falls, with that sweep's E-step as the answer.
+        ``tol``.  ``"crowd-kit"``: crowd-kit's, set by the ``crowd-kit`` preset: stop at the first iteration
+        where crowd-kit's objective rises by less than ``tol`` or falls, and answer with that iteration's E-step.
     """
 
     stop: str = "change"
