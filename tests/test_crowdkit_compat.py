@@ -144,3 +144,18 @@ def test_errors_and_priors_hold_crowd_kits_values_for_dawid_skene():
     errors = ours["errors_"].loc[theirs["errors_"].index]
     np.testing.assert_allclose(errors.to_numpy(), theirs["errors_"].to_numpy(), atol=0.02)
     np.testing.assert_allclose(ours["priors_"].to_numpy(), theirs["priors_"].sort_index().to_numpy(), atol=0.02)
+
+
+def test_one_coins_crowd_kit_preset_stops_where_crowd_kit_stops_with_its_answers():
+    """web_search: crowd-kit's objective falls at its second iteration and its loop stops there; the preset's
+    objectives are crowd-kit's ``loss_history_`` and its labels crowd-kit's on every item."""
+    from crowdspark.api import Aggregator
+
+    labels = pd.read_csv(DATA / "web_search" / "labels.csv", dtype=str)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = crowdkit.OneCoinDawidSkene().fit(labels.rename(columns={"item": "task"}))
+        ours = Aggregator("one-coin", preset="crowd-kit").fit(labels)
+    np.testing.assert_allclose(ours.loss_history_, theirs.loss_history_, rtol=1e-6)
+    assert len(theirs.loss_history_) == 2
+    assert (ours.labels_.loc[theirs.labels_.index].astype(str) == theirs.labels_.astype(str)).all()

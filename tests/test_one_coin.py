@@ -64,6 +64,7 @@ def test_a_worker_table_starts_the_listed_workers_from_their_accuracy(temp):  # 
 @pytest.mark.parametrize("key, value, message", [
     ("smoothing", 0.0, r"one-coin\.smoothing must be a number > 0"),
     ("max_iter", 0, r"one-coin\.max_iter must be an integer >= 1"),
+    ("stop", "never", r"one-coin\.stop"),
 ])
 def test_bad_parameters_are_config_errors(key, value, message):
     with pytest.raises(ConfigError, match=message):
@@ -71,6 +72,24 @@ def test_bad_parameters_are_config_errors(key, value, message):
 
 
 def test_the_crowd_kit_preset_drops_the_smoothing_and_yields_to_explicit_values():
-    assert build_model("one-coin", {"preset": "crowd-kit"}, 3, 2, 0).smoothing == 1e-10
+    preset = build_model("one-coin", {"preset": "crowd-kit"}, 3, 2, 0)
+    assert (preset.smoothing, preset.tol, preset.stop, preset.schedule.stop) == (1e-10, 1e-5, "crowd-kit", "rise")
+    assert build_model("one-coin", {}, 3, 2, 0).schedule.stop == "change"
     assert build_model("one-coin", {"preset": "crowd-kit", "smoothing": 2.0}, 3, 2, 0).smoothing == 2.0
     assert build_model("one-coin", {}, 3, 2, 0).smoothing == 0.5
+
+
+def test_crowd_kits_stop_answers_with_the_e_step_of_the_sweep_whose_objective_fell():
+    """On web_search crowd-kit's objective falls at the second sweep: the preset's fit stops there and keeps
+    the parameters that sweep's E-step used, the first sweep's, so its answers are those of a one-sweep fit."""
+    from crowdspark.api import Aggregator
+    from tests.helpers import DATA
+
+    labels = pd.read_csv(DATA / "web_search" / "labels.csv", dtype=str)
+    preset = Aggregator("one-coin", preset="crowd-kit").fit(labels)
+    assert preset.n_iter_ == 2 and preset.converged_
+    assert preset.loss_history_[1] < preset.loss_history_[0]
+    with pytest.warns(UserWarning, match="did not converge"):
+        one_sweep = Aggregator("one-coin", smoothing=1e-10, max_iter=1).fit(labels)
+    pd.testing.assert_series_equal(preset.labels_, one_sweep.labels_)
+    np.testing.assert_allclose(preset.probas_.to_numpy(), one_sweep.probas_.to_numpy(), atol=1e-12)

@@ -155,6 +155,8 @@ def fit(
     -------
     FitResult
     """
+    if model.schedule.max_sweeps == 0 and model.n_init_rounds == 0:
+        return _fit(model, engine, warm_start, checkpoint, carried)  # one pass: one plain job, no sweep session
     engine.begin_sweeps(model.stateful)
     try:
         return _fit(model, engine, warm_start, checkpoint, carried)
@@ -193,7 +195,7 @@ def _fit(model: Model, engine: Engine, warm_start: WarmStart | None, checkpoint:
         result.stop_reason = f"converged before the checkpoint of iteration {first}"
         return result
     last = result.history[-1] if result.history else {}
-    convergence = _Convergence(tol, None if last.get("next_stage") else last.get("objective"))
+    convergence = _Convergence(tol, None if last.get("next_stage") else last.get("objective"), schedule.stop)
     for sweep in range(first + 1, schedule.max_sweeps + 1):
         t1 = time.perf_counter()
         stats = engine.map_reduce(partial(_step, model, sweep), model.step_params(params), stateful=stateful,
@@ -201,9 +203,10 @@ def _fit(model: Model, engine: Engine, warm_start: WarmStart | None, checkpoint:
         if carried is not None:
             stats = {**stats, **{key: stats[key] + value for key, value in carried.items()}}
         update = model.global_step(stats, params, sweep)
-        params = update.params
         change = convergence.change(update)
         converged = tol is not None and change < tol
+        if not (converged and schedule.stop == "rise"):
+            params = update.params  # a "rise" stop keeps the parameters of the sweep's E-step
         opened = model.next_stage(params) if converged else None
         if opened is not None:
             params, change, converged = opened, float("inf"), False
@@ -256,11 +259,14 @@ class _Convergence:
         The schedule's tolerance (``None``: a sampler, whose change is not measured).
     previous : float, optional
         The objective of the sweep before the first one this loop runs (a resumed fit).
+    stop : {"change", "rise"}
+        ``Schedule.stop``: with ``"rise"`` the change is the signed rise of the objective.
     """
 
-    def __init__(self, tol: float | None, previous: float | None) -> None:
+    def __init__(self, tol: float | None, previous: float | None, stop: str = "change") -> None:
         self.tol = tol
         self.previous = previous
+        self.stop = stop
 
     def change(self, update: Update) -> float:
         objective, previous = update.objective, self.previous
@@ -271,7 +277,7 @@ class _Convergence:
             return float("nan")
         if previous is None or not math.isfinite(previous):
             return float("inf")
-        return abs(objective - previous)
+        return objective - previous if self.stop == "rise" else abs(objective - previous)
 
     def restart(self) -> None:
         """A new stage starts: its first objective is not compared with the last stage's."""

@@ -102,12 +102,18 @@ class Schedule:
         Sweeps a sampler runs before it keeps any.
     thin : int
         After the burn-in, every ``thin``-th sweep is kept.
+    stop : {"change", "rise"}
+        The convergence test.  ``"change"``: the change of a sweep (the model's own, else how much the
+        objective moved, in either direction) is below ``tol``.  ``"rise"``: the objective rose by less than
+        ``tol``, a fall included, and the fit keeps the parameters that sweep's E-step used, so its answers
+        are that E-step's (crowd-kit's EM loops: ``if new_loss - loss < tol: break``).
     """
 
     max_sweeps: int = 0
     tol: float | None = None
     burn_in: int = 0
     thin: int = 1
+    stop: str = "change"
 
     @classmethod
     def sampler(cls, burn_in: int, n_samples: int, thin: int = 1) -> Schedule:

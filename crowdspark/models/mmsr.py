@@ -73,7 +73,7 @@ def pair_counts(block: Block, n_workers: int, n_classes: int) -> tuple[np.ndarra
 
 
 def trimmed_means(ratios: np.ndarray, valid: np.ndarray, centre: np.ndarray, trim: int,
-                  empty: float) -> np.ndarray:
+                  empty: float, total: np.ndarray | None = None, n_valid: np.ndarray | None = None) -> np.ndarray:
     """M-MSR's trimmed mean of every row of ``ratios`` around its current value.
 
     Parameters
@@ -88,35 +88,53 @@ def trimmed_means(ratios: np.ndarray, valid: np.ndarray, centre: np.ndarray, tri
         same above.
     empty : float
         The value of a row whose only kept value is 0.
+    total : ndarray of float64, shape (K,), optional
+        The sum of each row's valid values, when the caller has it.
+    n_valid : ndarray of int, shape (K,), optional
+        The number of each row's valid values, when the caller has it.
 
     Returns
     -------
     ndarray of float64, shape (K,)
         The mean of the kept values; ``centre`` where none is kept.
     """
-    below = valid & (ratios < centre[:, None])
-    above = valid & (ratios > centre[:, None])
-    n_below, n_above, n_valid = below.sum(axis=1), above.sum(axis=1), valid.sum(axis=1)
-    total = np.where(valid, ratios, 0.0).sum(axis=1)
-    low = np.where(below, ratios, 0.0).sum(axis=1)
-    high = np.where(above, ratios, 0.0).sum(axis=1)
+    c = centre[:, None]
+    # invalid values take their row's centre, neither below nor above it: one partition of each row then
+    # holds its ``trim`` smallest and ``trim`` largest values, which are the dropped ones wherever at least
+    # ``trim`` values lie on that side (the ``trim``-th smallest below the centre, the ``trim``-th largest above)
+    padded = np.where(valid, ratios, c)
+    if n_valid is None:
+        n_valid = valid.sum(axis=1)
+    if total is None:
+        total = np.where(valid, ratios, 0.0).sum(axis=1)
+    kept, kept_sum = n_valid, total
     if trim > 0:
-        # the trim smallest and largest valid values of each row (a partition, not a sort)
-        smallest = np.partition(np.where(valid, ratios, np.inf), trim - 1, axis=1)[:, :trim]
-        largest = np.partition(np.where(valid, -ratios, np.inf), trim - 1, axis=1)[:, :trim]
-        low = np.where(n_below < trim, low, np.where(np.isfinite(smallest), smallest, 0.0).sum(axis=1))
-        high = np.where(n_above < trim, high, -np.where(np.isfinite(largest), largest, 0.0).sum(axis=1))
-    else:
-        low = np.zeros_like(total)
-        high = np.zeros_like(total)
-    n_low = np.minimum(n_below, trim) if trim > 0 else np.zeros_like(n_below)
-    n_high = np.minimum(n_above, trim) if trim > 0 else np.zeros_like(n_above)
-    kept = n_valid - n_low - n_high
-    kept_sum = total - low - high
+        padded.partition((trim - 1, padded.shape[1] - trim), axis=1)  # a row's sums do not depend on its order
+        ends = padded
+        for side, rows, cut in ((np.less, ends[:, trim - 1] >= centre, ends[:, :trim]),
+                                (np.greater, ends[:, -trim] <= centre, ends[:, -trim:])):
+            dropped, n_dropped = cut.sum(axis=1), np.full(len(centre), trim)
+            few = np.flatnonzero(rows)  # fewer than ``trim`` values on this side: all of them are dropped
+            if few.size:
+                beyond = side(padded[few], c[few])
+                dropped[few] = np.where(beyond, padded[few], 0.0).sum(axis=1)
+                n_dropped[few] = beyond.sum(axis=1)
+            kept, kept_sum = kept - n_dropped, kept_sum - dropped
     out = np.divide(kept_sum, kept, out=centre.astype(np.float64, copy=True), where=kept > 0)
     lone_zero = (kept == 1) & (kept_sum == 0)
     out[lone_zero] = empty
     return out
+
+
+def _half_step(X: np.ndarray, X_observed: np.ndarray, observed: np.ndarray, n_observed: np.ndarray,
+               other: np.ndarray, centre: np.ndarray, trim: int, empty: float) -> np.ndarray:
+    """One side of an M-MSR iteration: each row's trimmed mean of ``X[k, j] / other[j]`` over its observed
+    pairs (``X_observed``: ``X`` with 0 where unobserved; ``n_observed``: observed pairs per row)."""
+    ratios = X / other[None, :]
+    if np.all(other > 0) and np.all(np.isfinite(other)):
+        return trimmed_means(ratios, observed, centre, trim, empty, total=X_observed @ (1.0 / other),
+                             n_valid=n_observed)
+    return trimmed_means(ratios, observed & np.isfinite(ratios), centre, trim, empty)
 
 
 def msr_fit(cov: np.ndarray, observed: np.ndarray, trim: int, n_items: int, max_iter: int,
@@ -142,8 +160,9 @@ def msr_fit(cov: np.ndarray, observed: np.ndarray, trim: int, n_items: int, max_
         ``||u v^T - u' v'^T||_F`` of the last iteration.
     """
     X = np.abs(cov)
-    Xt = np.ascontiguousarray(X.T)
-    observed_t = np.ascontiguousarray(observed.T)
+    sides = []
+    for matrix, mask in ((np.ascontiguousarray(X.T), np.ascontiguousarray(observed.T)), (X, observed)):
+        sides.append((matrix, np.where(mask, matrix, 0.0), mask, mask.sum(axis=1)))
     empty = 1.0 / np.sqrt(max(n_items, 1))
     u = np.ones(X.shape[0])
     v = np.ones(X.shape[0])
@@ -151,10 +170,8 @@ def msr_fit(cov: np.ndarray, observed: np.ndarray, trim: int, n_items: int, max_
     with np.errstate(divide="ignore", invalid="ignore"):
         for n_iter in range(1, max_iter + 1):
             u_prev, v_prev = u, v
-            ratios = Xt / u[None, :]
-            v = trimmed_means(ratios, observed_t & np.isfinite(ratios), v, trim, empty)
-            ratios = X / v[None, :]
-            u = trimmed_means(ratios, observed & np.isfinite(ratios), u, trim, empty)
+            v = _half_step(*sides[0], u, v, trim, empty)
+            u = _half_step(*sides[1], v, u, trim, empty)
             squared = (u @ u) * (v @ v) + (u_prev @ u_prev) * (v_prev @ v_prev) - 2 * (u @ u_prev) * (v @ v_prev)
             change = float(np.sqrt(max(squared, 0.0)))
             if change < tol:
