@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import replace
 from functools import partial
@@ -34,6 +35,8 @@ from crowdspark.quality import ITEM_COLUMNS, average_confusion
 from crowdspark.validation import check_choice
 
 __all__ = ["CrowdAggregatorModel", "score_labels"]
+
+log = logging.getLogger(__name__)
 
 
 class CrowdAggregatorModel(Model, CrowdParams, MLReadable, MLWritable):
@@ -184,12 +187,36 @@ def _probe_scoring(kernel: Kernel, params: dict[str, Any]) -> None:
         ) from exc
 
 
+def _saved_worker_table(model: CrowdAggregatorModel) -> dict[str, np.ndarray] | None:
+    """The fitted worker table (``n_labels`` and ``confusion`` or ``accuracy``, in the encoding's worker order)
+    read back from the model's ``workers`` table, for a model saved without its fit's statistics (an older
+    saved model); ``None`` without one."""
+    workers = model._workers
+    if workers is None or "n_labels" not in workers.columns:
+        return None
+    columns = [c for c in ("confusion", "accuracy") if c in workers.columns][:1]
+    if not columns:
+        return None
+    frame = workers.select("worker", "n_labels", *columns).toPandas().set_index("worker")
+    frame = frame.reindex(list(model.encoding.workers))
+    if frame["n_labels"].isna().any():
+        return None
+    values = frame[columns[0]].to_numpy()
+    kept = np.stack([np.stack(v) for v in values]) if columns[0] == "confusion" else values.astype(np.float64)
+    return {"n_labels": frame["n_labels"].to_numpy(dtype=np.int64), columns[0]: kept}
+
+
 def _quality_confusion(model: CrowdAggregatorModel) -> np.ndarray | None:
     """The confusion (C, C) the relabel gain of scored items assumes (the label-weighted average of the fitted
     workers', as in the fitted item table); ``None`` when the model was fitted without the quality signals."""
     if "quality" not in (model._summary or {}):
         return None
-    table = model.kernel.worker_table(model.globalParams, model.initStats)
+    table = _saved_worker_table(model) if not model.initStats else model.kernel.worker_table(model.globalParams,
+                                                                                             model.initStats)
+    if table is None:
+        log.warning("the model was saved without its fit's statistics or worker table: transform adds no quality "
+                    "columns; fit again, or use model.items")
+        return None
     confusion, _ = worker_confusions(table, model.kernel.n_classes)
     return average_confusion(confusion, table["n_labels"])
 

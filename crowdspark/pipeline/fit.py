@@ -343,7 +343,7 @@ class Fitted:
     def saved_model(self, algorithm: str) -> SavedModel:
         """The fitted model in the one saved-model format."""
         return SavedModel(algorithm, model_parameters(self.model), self.encoding.classes, self.encoding.workers,
-                          self.model.export_params(self.params))
+                          self.model.export_params(self.params), init_stats=self.result.init_stats)
 
     def close(self) -> None:
         self.prepared.engine.close()
