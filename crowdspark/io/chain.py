@@ -21,7 +21,7 @@ import pandas as pd
 
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.files import files_for
-from crowdspark.io.paths import is_local, strip_file_scheme
+from crowdspark.io.paths import absolute_local, is_local, strip_file_scheme
 
 __all__ = ["CHAIN_FILE", "chain_runs", "chain_payload", "check_outside_chain", "resolve_run", "read_items", "newest_rows"]
 
@@ -33,8 +33,7 @@ def _parent(run: str) -> str:
 
 
 def _absolute(path: str) -> str:
-    path = path.rstrip("/")
-    return os.path.abspath(strip_file_scheme(path)) if is_local(path) and "://" not in path else path
+    return absolute_local(path.rstrip("/"))
 
 
 def chain_runs(run: str, spark: Any = None, check: bool = True) -> list[str]:

@@ -15,6 +15,7 @@ from crowdspark.errors import ConfigError, InputError
 
 __all__ = [
     "is_local",
+    "absolute_local",
     "strip_file_scheme",
     "check_local_folder_writable",
     "resolve_local_paths",
@@ -32,6 +33,12 @@ _SCHEME_PREFIXES = ("file:",)
 def is_local(path: str) -> bool:
     """Whether ``path`` is on the local filesystem (no URI scheme, or ``file:``)."""
     return "://" not in path or path.startswith(_SCHEME_PREFIXES)
+
+
+def absolute_local(path: str) -> str:
+    """``path`` made absolute (from the current folder) when it is a plain local path; a URI (``scheme://``,
+    ``file:``) as given."""
+    return path if "://" in path or path.startswith(_SCHEME_PREFIXES) else os.path.abspath(path)
 
 
 def strip_file_scheme(path: str) -> str:

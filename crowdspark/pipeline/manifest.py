@@ -12,13 +12,12 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
-import os
 from typing import Any
 
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.files import files_for
 from crowdspark.io.marker import RUN_ROOT, owned_kind
-from crowdspark.io.paths import check_local_folder_writable, is_local
+from crowdspark.io.paths import absolute_local, check_local_folder_writable, is_local
 from crowdspark.io.runs import LATEST, latest_run_before
 from crowdspark.pipeline.prepare import Prepared
 from crowdspark.pipeline.window import Window
@@ -102,8 +101,8 @@ def _absolute_paths(inputs: dict[str, Any]) -> dict[str, str]:
     paths = {}
     for what in ("labels", "gold"):
         path = inputs.get(what)
-        if isinstance(path, str) and not path.startswith("<") and "://" not in path and not path.startswith("file:"):
-            paths[what] = os.path.abspath(path)
+        if isinstance(path, str) and not path.startswith("<"):  # "<DataFrame>": no path
+            paths[what] = absolute_local(path)
     return paths
 
 
