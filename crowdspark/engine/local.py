@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
@@ -73,9 +74,14 @@ class LocalEngine(Engine):
         """The item table as a pyarrow Table: the blocks' batches, with no Python object per item."""
         import pyarrow as pa
 
-        return pa.Table.from_batches([to_batch(block, fn(block, self.states[j], value))
-                                      for j, block in enumerate(self.blocks)])
+        return pa.Table.from_batches([to_batch(block, result) for block, result in self._item_results(fn, value)])
 
     def map_items(self, fn: ItemFn, value: Any) -> list[tuple[Block, ItemResult]]:
         """Per-item results of every block, in block order."""
-        return [(block, fn(block, self.states[j], value)) for j, block in enumerate(self.blocks)]
+        return list(self._item_results(fn, value))
+
+    def _item_results(self, fn: ItemFn, value: Any) -> Iterator[tuple[Block, ItemResult]]:
+        """Each block with its per-item results, one block at a time (a caller that keeps less than the results
+        lets each go before the next is computed)."""
+        for j, block in enumerate(self.blocks):
+            yield block, fn(block, self.states[j], value)
