@@ -14,7 +14,6 @@ from operator import itemgetter, methodcaller
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from crowdspark.config import GoldConfig, InputConfig
 from crowdspark.errors import InputError
@@ -33,7 +32,7 @@ from crowdspark.io.rules import (
     gold_outside_error,
     gold_unmatched_warning,
     json_line_error,
-    null_error,
+    null_error,    sorted_codes,
 )
 
 __all__ = [
@@ -362,17 +361,8 @@ class Labels:
 def _sorted_categorical(text: pa.Array) -> pd.Categorical:
     """The strings of ``text`` (no null) as a categorical whose categories are sorted (code point order, as
     Python compares strings) and whose codes are int32."""
-    if pa.types.is_dictionary(text.type):  # distinct categories may share one canonical text: encode them
-        words = pc.dictionary_encode(text.dictionary)
-        indices, dictionary = words.indices.to_numpy()[text.indices.to_numpy()], words.dictionary
-    else:
-        encoded = pc.dictionary_encode(text)
-        indices, dictionary = encoded.indices.to_numpy(), encoded.dictionary
-    order = pc.sort_indices(dictionary).to_numpy()
-    rank = np.empty(len(order), dtype=np.int32)
-    rank[order] = np.arange(len(order), dtype=np.int32)
-    codes = rank[indices]
-    categories = pd.Index(dictionary.take(order).to_numpy(zero_copy_only=False), dtype=object)
+    dictionary, codes = sorted_codes(text)
+    categories = pd.Index(dictionary.to_numpy(zero_copy_only=False), dtype=object)
     return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(categories), validate=False)
 
 

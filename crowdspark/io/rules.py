@@ -49,10 +49,40 @@ __all__ = [
     "decide_classes",
     "gold_outside_error",
     "gold_conflict_error",
+    "sorted_codes",
 ]
 
 
 MAX_CLASSES = 1000
+
+
+def sorted_codes(text) -> tuple[object, np.ndarray]:
+    """Encode Arrow strings in one hash pass over the rows: their distinct values, sorted, and each row's code.
+
+    Parameters
+    ----------
+    text : pyarrow Array or ChunkedArray, of string or of dictionary<string> (whose entries may share a text)
+
+    Returns
+    -------
+    dictionary : pyarrow StringArray, shape (d,)
+        The distinct non-null values, in byte order (code-point order, as Python compares strings).
+    codes : ndarray of int32, shape (m,)
+        Each row's index in ``dictionary``; -1 where the row is null.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not pa.types.is_dictionary(text.type):
+        text = pc.dictionary_encode(text)
+    if isinstance(text, pa.ChunkedArray):
+        text = text.combine_chunks()  # one dictionary for all chunks
+    words = pc.dictionary_encode(text.dictionary)  # the d entries' distinct texts
+    order = pc.sort_indices(words.dictionary).to_numpy()
+    rank = np.empty(len(order), dtype=np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    code_of_entry = np.append(rank[words.indices.to_numpy()], np.int32(-1))
+    return words.dictionary.take(order), code_of_entry[pc.fill_null(text.indices, -1).to_numpy(zero_copy_only=False)]
 #: the class set a hint shows
 CLASSES_EXAMPLE = ["a", "b"]
 

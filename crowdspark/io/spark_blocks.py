@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from crowdspark.block import Block, GoldSplit, _label_order, blocks_from_codes
-from crowdspark.io.rules import MAX_CLASSES, Encoding
+from crowdspark.io.rules import MAX_CLASSES, Encoding, sorted_codes
 
 __all__ = ["PartitionSummary", "MergedSummary", "summarized_blocks", "collect_summaries", "merge_summaries", "remapped_blocks"]
 
@@ -81,21 +81,6 @@ def _sorted_unique(column):
     return unique.take(pc.sort_indices(unique))
 
 
-def _encoded(column):
-    """An Arrow string column encoded in one hash pass: its distinct non-null values, sorted (byte order), and
-    each row's index among them, int32 (m,) (null: -1)."""
-    import pyarrow.compute as pc
-
-    encoded = pc.dictionary_encode(column).combine_chunks()
-    dictionary = encoded.dictionary
-    order = pc.sort_indices(dictionary).to_numpy()
-    rank = np.empty(len(order) + 1, dtype=np.int32)
-    rank[order] = np.arange(len(order), dtype=np.int32)
-    rank[-1] = -1
-    indices = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
-    return dictionary.take(order), rank[indices]
-
-
 def _recoded(codes: np.ndarray, values, dictionary) -> np.ndarray:
     """``codes`` into ``values`` (an Arrow array) as codes into ``dictionary``, a superset, int32 (m,)."""
     import pyarrow.compute as pc
@@ -136,7 +121,7 @@ def _partition_pass(batches: Iterator, max_labels: int, split: GoldSplit | None)
     if table.num_rows == 0 or any(nulls.values()):
         yield _row(summary)
         return
-    labels, label = _encoded(table["label"])
+    labels, label = sorted_codes(table["label"])
     if len(labels) > MAX_CLASSES:
         yield _row(replace(summary, labels=tuple(labels[: MAX_CLASSES + 1].to_pylist())))
         return
@@ -144,10 +129,10 @@ def _partition_pass(batches: Iterator, max_labels: int, split: GoldSplit | None)
     truth = None
     classes = labels
     if has_gold:
-        truths, truth = _encoded(table["truth"])
+        truths, truth = sorted_codes(table["truth"])
         classes = _sorted_unique(pa.chunked_array([labels, truths]))
         label, truth = _recoded(label, labels, classes), _recoded(truth, truths, classes)
-    workers, worker = _encoded(table["worker"])
+    workers, worker = sorted_codes(table["worker"])
     codes, uniques = _sorted_item_codes(table["item"])
     del table
     blocks = blocks_from_codes(codes, uniques, worker, label, truth, max_labels=max_labels, split=split)

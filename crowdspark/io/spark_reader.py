@@ -49,7 +49,7 @@ from crowdspark.io.rules import (
     json_line_error,
     missing_columns_error,
     null_error,
-    too_many_labels_error,
+    too_many_labels_error,    sorted_codes,
 )
 
 __all__ = [
@@ -438,16 +438,8 @@ def _codes(column, values: tuple[str, ...]) -> np.ndarray:
 
 def _sorted_item_codes(column) -> tuple[np.ndarray, np.ndarray]:
     """Factorize an Arrow string column: per-row codes into the sorted distinct ids (object array)."""
-    import pyarrow.compute as pc
-
-    encoded = pc.dictionary_encode(column).combine_chunks()
-    dictionary = encoded.dictionary
-    order = pc.sort_indices(dictionary).to_numpy()
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    codes = rank[encoded.indices.to_numpy(zero_copy_only=False)]
-    uniques = dictionary.take(order).to_numpy(zero_copy_only=False).astype(object)
-    return codes, uniques
+    dictionary, codes = sorted_codes(column)
+    return codes, dictionary.to_numpy(zero_copy_only=False).astype(object)
 
 
 def _blocks_from_arrow(batches: Iterator, encoding: Encoding, max_labels: int, split=None) -> Iterator:
