@@ -12,6 +12,11 @@ The driver then merges the summaries (:func:`merge_summaries`): row and null cou
 and otherwise broadcasts the run's encoding; :func:`remapped_blocks` maps each partition's codes to the run's
 codes as the blocks leave the cache.  No label-level data reaches the driver.
 
+On a local master whose engine keeps its blocks resident (:mod:`crowdspark.engine.resident`), the pass writes
+each block straight to the engine's spill folder and emits its handle instead of the pickled block
+(``spill_to``); the remap then writes each partition's code maps to a remap file named by the handles, which
+the Python worker applies when it first loads a block.  No block goes through Spark's cache.
+
 The blocks equal those of the older multi-pass reader (:func:`crowdspark.io.spark_reader.block_rdd`): a
 partition's workers, sorted, are a subset of the run's sorted workers, so their order (and the blocks' label
 order) is kept; classes, whose order may be configured, are re-sorted within each item when it is not.
@@ -19,7 +24,9 @@ order) is kept; classes, whose order may be configured, are re-sorted within eac
 
 from __future__ import annotations
 
+import os
 import pickle
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import partial
@@ -28,9 +35,11 @@ from typing import Any
 import numpy as np
 
 from crowdspark.block import Block, GoldSplit, _label_order, blocks_from_codes
+from crowdspark.engine.resident import BlockHandle, spill, write_remap
 from crowdspark.io.rules import MAX_CLASSES, Encoding, sorted_codes
 
-__all__ = ["PartitionSummary", "MergedSummary", "summarized_blocks", "collect_summaries", "merge_summaries", "remapped_blocks"]
+__all__ = ["PartitionSummary", "MergedSummary", "summarized_blocks", "collect_summaries", "merge_summaries",
+           "remapped_blocks", "remap_block"]
 
 _ROLES = ("item", "worker", "label")
 
@@ -92,7 +101,7 @@ def _recoded(codes: np.ndarray, values, dictionary) -> np.ndarray:
 _SUMMARY, _BLOCK = 0, 1
 
 
-def _row(payload: PartitionSummary | Block):
+def _row(payload: PartitionSummary | Block | BlockHandle):
     import pyarrow as pa
 
     kind = _SUMMARY if isinstance(payload, PartitionSummary) else _BLOCK
@@ -100,8 +109,10 @@ def _row(payload: PartitionSummary | Block):
                                        "payload": [pickle.dumps(payload, protocol=5)]})
 
 
-def _partition_pass(batches: Iterator, max_labels: int, split: GoldSplit | None) -> Iterator:
-    """mapInArrow function: one partition's label rows -> its :class:`PartitionSummary`, then its blocks.
+def _partition_pass(batches: Iterator, max_labels: int, split: GoldSplit | None,
+                    spill_to: tuple[str, str] | None = None) -> Iterator:
+    """mapInArrow function: one partition's label rows -> its :class:`PartitionSummary`, then its blocks (with
+    ``spill_to``, a spill folder and engine id: each block written there, and its handle in its place).
 
     Rows with nulls, or more than ``MAX_CLASSES`` distinct labels, build no block: the run fails on the
     driver with the merged counts.
@@ -141,10 +152,11 @@ def _partition_pass(batches: Iterator, max_labels: int, split: GoldSplit | None)
                        workers=workers, items=len(uniques), gold_items=gold_items, first_item=str(uniques[0]),
                        built=True))
     for block in blocks:
-        yield _row(block)
+        yield _row(block if spill_to is None else spill(*spill_to, block))
 
 
-def summarized_blocks(frame, n_partitions: int, max_labels: int, split: GoldSplit | None = None):
+def summarized_blocks(frame, n_partitions: int, max_labels: int, split: GoldSplit | None = None,
+                      spill_to: tuple[str, str] | None = None):
     """The cached DataFrame of pickled summaries and blocks (column ``payload``), one shuffle by item.
 
     Parameters
@@ -156,6 +168,9 @@ def summarized_blocks(frame, n_partitions: int, max_labels: int, split: GoldSpli
         Largest number of labels in one block.
     split : GoldSplit, optional
         Which gold items the fit holds fixed (the rest are held out for scoring).
+    spill_to : (str, str), optional
+        A resident engine's spill folder and engine id, on a disk every task can read: the blocks are written
+        there and the rows hold their :class:`~crowdspark.engine.resident.BlockHandle`.
 
     Returns
     -------
@@ -165,7 +180,7 @@ def summarized_blocks(frame, n_partitions: int, max_labels: int, split: GoldSpli
     """
     from pyspark import StorageLevel
 
-    fn = partial(_partition_pass, max_labels=max_labels, split=split)
+    fn = partial(_partition_pass, max_labels=max_labels, split=split, spill_to=spill_to)
     out = frame.repartition(n_partitions, "item").mapInArrow(fn, "kind byte, payload binary")
     return out.persist(StorageLevel.MEMORY_AND_DISK)
 
@@ -227,13 +242,21 @@ def merge_summaries(summaries: list[PartitionSummary]) -> MergedSummary:
     )
 
 
-def _remap_block(block: Block, worker_map: np.ndarray, class_map: np.ndarray, monotone: bool) -> Block:
+def remap_block(block: Block, worker_map: np.ndarray, class_map: np.ndarray) -> Block:
     """``block`` with its partition codes replaced by the run's (labels re-sorted within an item when the
-    class map does not keep their order)."""
+    class map does not keep their order).
+
+    Parameters
+    ----------
+    block : Block
+        Codes into its partition's dictionaries.
+    worker_map, class_map : ndarray of int32, shapes (K_p,) and (C_p,)
+        The run's code of each partition code.
+    """
     worker = worker_map[block.worker]
     label = class_map[block.label]
     item_of_label = block.item_of_label
-    if not monotone:
+    if not bool(np.all(np.diff(class_map) > 0)):
         order = _label_order(item_of_label, worker, label, block.n_items)
         item_of_label, worker, label = item_of_label[order], worker[order], label[order]
     truth = np.where(block.truth >= 0, class_map[np.maximum(block.truth, 0)], -1).astype(np.int32)
@@ -241,11 +264,21 @@ def _remap_block(block: Block, worker_map: np.ndarray, class_map: np.ndarray, mo
     return replace(block, worker=worker, label=label, item_of_label=item_of_label, truth=truth, fixed=fixed)
 
 
-def _remap_partition(broadcast, rows: Iterator) -> Iterator[Block]:
+def _new_remap_file(directory: str, worker_map: np.ndarray, class_map: np.ndarray) -> str:
+    """The path of a new remap file of the maps in the spill folder ``directory``."""
+    path = os.path.join(directory, f"{uuid.uuid4().hex}.remap.npz")
+    write_remap(path, worker_map, class_map)
+    return path
+
+
+def _remap_partition(broadcast, rows: Iterator) -> Iterator[Block | BlockHandle]:
+    """One partition's rows of :func:`summarized_blocks` -> its blocks in the run's codes, or the handles of its
+    spilled blocks naming the partition's remap file (written once, at the first handle)."""
     import pyarrow.compute as pc
 
     workers, classes = broadcast.value
     summary: PartitionSummary | None = None
+    remap: str | None = None
     for row in rows:
         payload = pickle.loads(row[1])
         if summary is None:
@@ -260,13 +293,18 @@ def _remap_partition(broadcast, rows: Iterator) -> Iterator[Block]:
             class_map = np.array([position.get(c, -1) for c in summary.classes], dtype=np.int32)
             if (worker_map < 0).any() or (class_map < 0).any():
                 raise RuntimeError("internal error: a worker or class is not in the run's encoding")
-            monotone = bool(np.all(np.diff(class_map) > 0))
             continue
-        yield _remap_block(payload, worker_map, class_map, monotone)
+        if isinstance(payload, BlockHandle):
+            if remap is None:
+                remap = _new_remap_file(os.path.dirname(payload.path), worker_map, class_map)
+            yield replace(payload, remap=remap)
+        else:
+            yield remap_block(payload, worker_map, class_map)
 
 
 def remapped_blocks(cached, encoding: Encoding):
-    """The RDD of blocks in the run's encoding, read from ``cached`` (:func:`summarized_blocks`), lazily.
+    """The RDD of blocks in the run's encoding (or of handles to them), read from ``cached``
+    (:func:`summarized_blocks`), lazily.
 
     The broadcast of the encoding stays alive while the RDD may be recomputed (it is a few MB at most).
     """

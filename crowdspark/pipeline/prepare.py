@@ -343,7 +343,8 @@ def prepare_spark(
     """
     from pyspark import StorageLevel
 
-    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.engine.resident import remove_spill_directory
+    from crowdspark.engine.spark import SparkEngine, spill_target
     from crowdspark.io.spark_blocks import collect_summaries, merge_summaries, remapped_blocks, summarized_blocks
     from crowdspark.io.spark_reader import canonical_spark_frame, prepare_gold_spark, spark_input_errors
 
@@ -365,6 +366,7 @@ def prepare_spark(
     if cache:
         labels = labels.persist(StorageLevel.MEMORY_AND_DISK)
     cached = None
+    spill_to = spill_target(spark.sparkContext, config.spark.resident_blocks)  # local master: blocks to disk at once
     try:
         with spark_input_errors("labels", labels_source):
             # local Parquet: its footers on the driver; a cached frame's count fills the cache
@@ -374,7 +376,7 @@ def prepare_spark(
             log.info("reading, validating and grouping the labels at %s into blocks", labels_source)
             max_labels = config.engine.max_block_labels
             cached = summarized_blocks(_labels_with_gold(labels, gold), n_partitions, max_labels,
-                                       config.gold.split())
+                                       config.gold.split(), spill_to)
             merged = merge_summaries(collect_summaries(cached))
         labels.unpersist()  # a no-op when it was not cached
         enc = _selected(labels_source, selection, lambda: _encoding(merged, config, labels_source))
@@ -392,11 +394,14 @@ def prepare_spark(
             inject_task_failure=inject_task_failure,
             resident_blocks=config.spark.resident_blocks,
             sweep_mode=config.spark.sweep_mode,
+            spilled=spill_to,
         )
     except BaseException:
         labels.unpersist()
         if cached is not None:
             cached.unpersist()
+        if spill_to is not None:
+            remove_spill_directory(spill_to[0])
         raise
     try:
         engine.materialize()
