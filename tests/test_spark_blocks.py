@@ -17,6 +17,7 @@ from crowdspark.io.spark_blocks import (
     _partition_pass,
     _remap_partition,
     merge_summaries,
+    remapped_handles,
 )
 from tests.helpers import DATA
 
@@ -91,7 +92,7 @@ def test_the_pass_and_the_remap_build_the_local_engines_blocks(classes_order):
 
 
 def test_spilled_blocks_are_remapped_when_a_worker_loads_them(tmp_path):
-    """With a spill folder, the pass writes its blocks there and emits handles; the remap writes one remap file
+    """With a spill folder, the pass writes its blocks there and emits handles; the driver writes one remap file
     per partition, and loading a handle gives the block of the in-memory path; no pickled block is emitted."""
     from crowdspark.engine.resident import BlockHandle, forget, make_spill_directory, resolve
 
@@ -103,9 +104,9 @@ def test_spilled_blocks_are_remapped_when_a_worker_loads_them(tmp_path):
     expected = [b for rows in _passed(frame, 3, 400, split) for b in _remap_partition(broadcast, iter(rows))]
     directory = make_spill_directory(str(tmp_path), "engine")
     spilled = _passed(frame, 3, 400, split, (directory, "engine"))
-    assert all(len(pickle.dumps(rows[1:])) < 1000 + 500 * len(rows) for rows in spilled)  # handles, not blocks
-    handles = [h for rows in spilled for h in _remap_partition(broadcast, iter(rows))]
-    assert all(isinstance(h, BlockHandle) and h.remap is not None for h in handles)
+    partitions = [(pickle.loads(rows[0][1]), [pickle.loads(payload) for _, payload in rows[1:]]) for rows in spilled]
+    assert all(isinstance(h, BlockHandle) and h.remap is None for _, handles in partitions for h in handles)
+    handles = [h for part in remapped_handles(partitions, enc) for h in part]
     assert len({h.remap for h in handles}) == 3 and len(list(Path(directory).glob("*.remap.npz"))) == 3
     try:
         _assert_same_blocks([resolve(h) for h in handles], expected)

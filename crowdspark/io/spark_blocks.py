@@ -14,8 +14,9 @@ codes as the blocks leave the cache.  No label-level data reaches the driver.
 
 On a local master whose engine keeps its blocks resident (:mod:`crowdspark.engine.resident`), the pass writes
 each block straight to the engine's spill folder and emits its handle instead of the pickled block
-(``spill_to``); the remap then writes each partition's code maps to a remap file named by the handles, which
-the Python worker applies when it first loads a block.  No block goes through Spark's cache.
+(:func:`spilled_partitions`): the driver collects the summaries and handles (no cache), writes each
+partition's code maps to a remap file (:func:`remapped_handles`), and the Python worker applies them when it
+first loads a block.  No block goes through Spark's cache or the driver.
 
 The blocks equal those of the older multi-pass reader (:func:`crowdspark.io.spark_reader.block_rdd`): a
 partition's workers, sorted, are a subset of the run's sorted workers, so their order (and the blocks' label
@@ -39,7 +40,7 @@ from crowdspark.engine.resident import BlockHandle, spill, write_remap
 from crowdspark.io.rules import MAX_CLASSES, Encoding, sorted_codes
 
 __all__ = ["PartitionSummary", "MergedSummary", "summarized_blocks", "collect_summaries", "merge_summaries",
-           "remapped_blocks", "remap_block"]
+           "remapped_blocks", "remap_block", "spilled_partitions", "remapped_handles", "handle_rdd"]
 
 _ROLES = ("item", "worker", "label")
 
@@ -155,8 +156,7 @@ def _partition_pass(batches: Iterator, max_labels: int, split: GoldSplit | None,
         yield _row(block if spill_to is None else spill(*spill_to, block))
 
 
-def summarized_blocks(frame, n_partitions: int, max_labels: int, split: GoldSplit | None = None,
-                      spill_to: tuple[str, str] | None = None):
+def summarized_blocks(frame, n_partitions: int, max_labels: int, split: GoldSplit | None = None):
     """The cached DataFrame of pickled summaries and blocks (column ``payload``), one shuffle by item.
 
     Parameters
@@ -168,9 +168,6 @@ def summarized_blocks(frame, n_partitions: int, max_labels: int, split: GoldSpli
         Largest number of labels in one block.
     split : GoldSplit, optional
         Which gold items the fit holds fixed (the rest are held out for scoring).
-    spill_to : (str, str), optional
-        A resident engine's spill folder and engine id, on a disk every task can read: the blocks are written
-        there and the rows hold their :class:`~crowdspark.engine.resident.BlockHandle`.
 
     Returns
     -------
@@ -180,9 +177,27 @@ def summarized_blocks(frame, n_partitions: int, max_labels: int, split: GoldSpli
     """
     from pyspark import StorageLevel
 
+    return _passed_rows(frame, n_partitions, max_labels, split, None).persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def _passed_rows(frame, n_partitions: int, max_labels: int, split: GoldSplit | None, spill_to: tuple[str, str] | None):
+    """The pass's rows (:func:`_partition_pass`) after one shuffle by item, lazily."""
     fn = partial(_partition_pass, max_labels=max_labels, split=split, spill_to=spill_to)
-    out = frame.repartition(n_partitions, "item").mapInArrow(fn, "kind byte, payload binary")
-    return out.persist(StorageLevel.MEMORY_AND_DISK)
+    return frame.repartition(n_partitions, "item").mapInArrow(fn, "kind byte, payload binary")
+
+
+def spilled_partitions(frame, n_partitions: int, max_labels: int, split: GoldSplit | None,
+                       spill_to: tuple[str, str]) -> list[tuple[PartitionSummary, list[BlockHandle]]]:
+    """Each partition's summary and the handles of its blocks, written to ``spill_to`` (a spill folder and
+    engine id on a disk every task can read), by one Spark job; arguments as :func:`summarized_blocks`."""
+    partitions: list[tuple[PartitionSummary, list[BlockHandle]]] = []
+    for kind, payload in _passed_rows(frame, n_partitions, max_labels, split, spill_to).collect():
+        element = pickle.loads(payload)
+        if kind == _SUMMARY:
+            partitions.append((element, []))
+        else:
+            partitions[-1][1].append(element)
+    return partitions
 
 
 def collect_summaries(cached) -> list[PartitionSummary]:
@@ -271,40 +286,54 @@ def _new_remap_file(directory: str, worker_map: np.ndarray, class_map: np.ndarra
     return path
 
 
-def _remap_partition(broadcast, rows: Iterator) -> Iterator[Block | BlockHandle]:
-    """One partition's rows of :func:`summarized_blocks` -> its blocks in the run's codes, or the handles of its
-    spilled blocks naming the partition's remap file (written once, at the first handle)."""
+def _partition_maps(summary: PartitionSummary, workers, classes: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The maps of a built partition's worker and class codes to the run's ``workers`` (a sorted Arrow array) and
+    ``classes``, int32 (K_p,) and (C_p,)."""
     import pyarrow.compute as pc
 
+    worker_map = pc.index_in(summary.workers, value_set=workers).to_numpy(zero_copy_only=False).astype(np.int32)
+    position = {c: i for i, c in enumerate(classes)}
+    class_map = np.array([position.get(c, -1) for c in summary.classes], dtype=np.int32)
+    if (worker_map < 0).any() or (class_map < 0).any():
+        raise RuntimeError("internal error: a worker or class is not in the run's encoding")
+    return worker_map, class_map
+
+
+def remapped_handles(partitions: list[tuple[PartitionSummary, list[BlockHandle]]],
+                     encoding: Encoding) -> list[list[BlockHandle]]:
+    """Each partition's handles (:func:`spilled_partitions`) naming a new remap file of its codes into
+    ``encoding``'s, written next to its spill files by the driver."""
+    import pyarrow as pa
+
+    workers = pa.array(encoding.workers, type=pa.string())
+    out = []
+    for summary, handles in partitions:
+        if handles:
+            remap = _new_remap_file(os.path.dirname(handles[0].path),
+                                    *_partition_maps(summary, workers, encoding.classes))
+            handles = [replace(handle, remap=remap) for handle in handles]
+        out.append(handles)
+    return out
+
+
+def _remap_partition(broadcast, rows: Iterator) -> Iterator[Block]:
+    """One partition's rows of :func:`summarized_blocks` -> its blocks in the run's codes."""
     workers, classes = broadcast.value
     summary: PartitionSummary | None = None
-    remap: str | None = None
     for row in rows:
         payload = pickle.loads(row[1])
         if summary is None:
             if not isinstance(payload, PartitionSummary):
                 raise RuntimeError("internal error: a partition of blocks does not start with its summary")
             summary = payload
-            if not summary.built:  # an empty partition: no block follows
-                continue
-            worker_map = pc.index_in(summary.workers, value_set=workers).to_numpy(zero_copy_only=False)
-            worker_map = worker_map.astype(np.int32)
-            position = {c: i for i, c in enumerate(classes)}
-            class_map = np.array([position.get(c, -1) for c in summary.classes], dtype=np.int32)
-            if (worker_map < 0).any() or (class_map < 0).any():
-                raise RuntimeError("internal error: a worker or class is not in the run's encoding")
+            if summary.built:  # else an empty partition: no block follows
+                worker_map, class_map = _partition_maps(summary, workers, classes)
             continue
-        if isinstance(payload, BlockHandle):
-            if remap is None:
-                remap = _new_remap_file(os.path.dirname(payload.path), worker_map, class_map)
-            yield replace(payload, remap=remap)
-        else:
-            yield remap_block(payload, worker_map, class_map)
+        yield remap_block(payload, worker_map, class_map)
 
 
 def remapped_blocks(cached, encoding: Encoding):
-    """The RDD of blocks in the run's encoding (or of handles to them), read from ``cached``
-    (:func:`summarized_blocks`), lazily.
+    """The RDD of blocks in the run's encoding, read from ``cached`` (:func:`summarized_blocks`), lazily.
 
     The broadcast of the encoding stays alive while the RDD may be recomputed (it is a few MB at most).
     """
@@ -313,3 +342,12 @@ def remapped_blocks(cached, encoding: Encoding):
     sc = cached.sparkSession.sparkContext
     broadcast = sc.broadcast((pa.array(encoding.workers, type=pa.string()), encoding.classes))
     return cached.rdd.mapPartitions(partial(_remap_partition, broadcast))
+
+
+def _handles(partition: list[BlockHandle]) -> list[BlockHandle]:
+    return partition
+
+
+def handle_rdd(sc, partitions: list[list[BlockHandle]]):
+    """The RDD of the handles, one partition per list (in order): the pass's partitions, lazily."""
+    return sc.parallelize(partitions, max(1, len(partitions))).flatMap(_handles)
