@@ -24,13 +24,15 @@ fixed points are the same (the MAP of the same objective), the paths differ.
 
 The objective per label is the log marginal likelihood of the labels plus the log priors of ``alpha`` and
 ``beta`` (up to constants), at the parameters the sweep's E-step used; the fit stops when it changes by
-less than ``tol``.  The final posteriors use the last parameters; ties between top posteriors are broken by
-``ties``.  Items with gold in the fit have their posterior clamped in the E-step, so abilities and
-difficulties learn from it.
+less than ``tol`` (or, with ``stop="crowd-kit"``, crowd-kit's rule on crowd-kit's objective, tested one
+iteration late).  The final posteriors use the last parameters (with crowd-kit's rule, the last E-step's);
+ties between top posteriors are broken by ``ties``.  Items with gold in the fit have their posterior clamped
+in the E-step, so abilities and difficulties learn from it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -47,9 +49,12 @@ from crowdspark.models.common import (
 )
 from crowdspark.models.weighted_vote import check_ties, first_ties, pick_labels
 from crowdspark.stats import Stats
-from crowdspark.validation import check_float, check_int
+from crowdspark.validation import check_choice, check_float, check_int
 
 __all__ = ["Glad"]
+
+#: the stopping rules of ``glad.stop``
+STOP_RULES = ("change", "crowd-kit")
 
 #: largest change of an item's ``beta`` in one Fisher-scoring step
 _MAX_BETA_STEP = 1.0
@@ -89,6 +94,17 @@ class Glad(Model):
     ties : str
         How ties between top posteriors are broken: ``"random"`` (a draw from the seed and the item) or
         ``"first"`` (the first class in the class order, as crowd-kit does).
+    m_step_rounds : int
+        Passes of the M-step per EM iteration: each takes ``beta_steps`` steps of the difficulties in the
+        blocks and one Newton step of the abilities on the driver, with the E-step's posteriors kept in the
+        blocks (from 2 on); one EM iteration is then ``m_step_rounds`` sweeps.
+    stop : {"change", "crowd-kit"}
+        ``"change"``: stop when the objective per label moves by less than ``tol``.  ``"crowd-kit"``:
+        crowd-kit's rule: stop at the first EM iteration t >= 2 at which crowd-kit's objective (the expected
+        complete log-likelihood with the log priors, over m C, at the parameters after M-step t with the
+        posteriors of E-step t) rises by less than ``tol`` or falls, and answer with E-step t's posteriors
+        and M-step t's parameters.  Iteration t's objective is computed in
+        the first pass of iteration t + 1, so the test runs one iteration late and costs no pass.
     """
 
     n_workers: int
@@ -100,6 +116,8 @@ class Glad(Model):
     beta_prior_mean: float = 1.0
     beta_steps: int = 3
     ties: str = "random"
+    m_step_rounds: int = 1
+    stop: str = "change"
 
     name: ClassVar[str] = "glad"
     title: ClassVar[str] = "GLAD"
@@ -121,10 +139,23 @@ class Glad(Model):
         check_float("glad.beta_prior_mean", self.beta_prior_mean)
         check_int("glad.beta_steps", self.beta_steps, minimum=1)
         check_ties(self.name, self.ties)
+        check_int("glad.m_step_rounds", self.m_step_rounds, minimum=1)
+        check_choice("glad.stop", self.stop, STOP_RULES)
 
     @property
     def schedule(self) -> Schedule:
-        return Schedule(max_sweeps=self.max_iter, tol=self.tol)
+        return Schedule(max_sweeps=self.max_iter * self.m_step_rounds, tol=self.tol,
+                        stop="rise" if self.stop == "crowd-kit" else "change")
+
+    @property
+    def _keeps_posteriors(self) -> bool:
+        """Whether the blocks keep the E-step's posteriors in their state (several M-step passes, or
+        crowd-kit's stopping rule)."""
+        return self.m_step_rounds > 1 or self.stop == "crowd-kit"
+
+    def _e_sweep(self, sweep: int) -> bool:
+        """Whether ``sweep`` (1-based) starts an EM iteration with an E-step."""
+        return (sweep - 1) % self.m_step_rounds == 0
 
     def _beta(self, block: Block, state: State) -> np.ndarray:
         """The block's ``beta`` (n,): its state, or the prior mean for items never fitted."""
@@ -132,18 +163,28 @@ class Glad(Model):
             return np.full(block.n_items, self.beta_prior_mean)
         return state["beta"]
 
-    def _log_scores(self, block: Block, alpha: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Log joint scores over the true class (n, C), gold imposed, and ``x`` per label (m,)."""
+    def _label_logs(self, block: Block, alpha: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Log probability of each label (m,) if it is the true class, and if it is a given other class."""
         x = alpha[block.worker] * np.exp(beta)[block.item_of_label]
-        log_right = -_softplus(-x)
-        log_wrong = -_softplus(x) - np.log(max(self.n_classes - 1, 1))
+        return -_softplus(-x), -_softplus(x) - np.log(max(self.n_classes - 1, 1))
+
+    def _log_scores(self, block: Block, log_right: np.ndarray, log_wrong: np.ndarray) -> np.ndarray:
+        """Log joint scores over the true class (n, C), gold imposed, from :meth:`_label_logs`."""
         scores = class_match_scores(block, self.n_classes, log_right, log_wrong) - np.log(self.n_classes)
-        return fix_scores(block, scores), x
+        return fix_scores(block, scores)
 
     def _posterior(self, block: Block, alpha: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior over the true class (n, C) and the log evidence of each item (n,)."""
-        scores, _ = self._log_scores(block, alpha, beta)
-        return normalize_log(scores)
+        return normalize_log(self._log_scores(block, *self._label_logs(block, alpha, beta)))
+
+    def _crowdkit_terms(self, block: Block, posterior: np.ndarray, beta: np.ndarray, log_right: np.ndarray,
+                        log_wrong: np.ndarray) -> float:
+        """The block's part of crowd-kit's objective (before the division by m C): the expected complete
+        log-likelihood of its labels under ``posterior`` (n, C) with the log probabilities of
+        :meth:`_label_logs` (m,), and the log N(``beta_prior_mean``, 1) densities of its ``beta`` (n,)."""
+        p = posterior[block.item_of_label, block.label]
+        prior = -0.5 * np.sum((beta - self.beta_prior_mean) ** 2) - 0.5 * np.log(2.0 * np.pi) * block.n_items
+        return float(np.sum(p * log_right + (1.0 - p) * log_wrong) + prior)
 
     def _fit_beta(self, block: Block, alpha: np.ndarray, beta: np.ndarray, p: np.ndarray) -> np.ndarray:
         """``beta_steps`` Fisher-scoring steps of every item's ``beta`` (n,) for the posteriors ``p`` (m,)."""
@@ -168,31 +209,68 @@ class Glad(Model):
 
     def local_step(self, block: Block, state: State, params: Any, sweep: int) -> tuple[State, Stats]:
         alpha, beta = params["alpha"], self._beta(block, state)
-        posterior, log_evidence = self._posterior(block, alpha, beta)
+        if not self._e_sweep(sweep):
+            return self._m_pass(block, alpha, beta, state["q"], sweep)
+        log_right, log_wrong = self._label_logs(block, alpha, beta)
+        posterior, log_evidence = normalize_log(self._log_scores(block, log_right, log_wrong))
         log_prior = -0.5 * np.sum((beta - self.beta_prior_mean) ** 2)
+        new_state, stats = self._m_pass(block, alpha, beta, posterior, sweep)
+        stats["log_evidence"] = np.array(log_evidence.sum() + log_prior)
+        if self.stop == "crowd-kit":
+            kept = None if state is None else state.get("q")
+            terms = 0.0 if kept is None else self._crowdkit_terms(block, kept, beta, log_right, log_wrong)
+            stats["crowdkit"] = np.array(terms)
+            new_state.update(q_kept=posterior if kept is None else kept, beta_kept=beta)
+        return new_state, stats
+
+    def _m_pass(self, block: Block, alpha: np.ndarray, beta: np.ndarray, posterior: np.ndarray,
+                sweep: int) -> tuple[State, Stats]:
+        """One pass of the M-step for the posteriors (n, C): the block's new ``beta`` (its state, with the
+        posteriors and the sweep when it keeps them) and the abilities' gradient, information and ``right``."""
         p = posterior[block.item_of_label, block.label]
         beta = self._fit_beta(block, alpha, beta, p)
         w = np.exp(beta)[block.item_of_label]
         s = _sigmoid(alpha[block.worker] * w)
-        return {"beta": beta}, {
+        state = {"beta": beta, "q": posterior, "sweep": np.array(sweep)} if self._keeps_posteriors else {"beta": beta}
+        return state, {
             "grad": np.bincount(block.worker, weights=w * (p - s), minlength=self.n_workers),
             "info": np.bincount(block.worker, weights=w * w * s * (1.0 - s), minlength=self.n_workers),
             "right": np.bincount(block.worker, weights=s, minlength=self.n_workers),
-            "log_evidence": np.array(log_evidence.sum() + log_prior),
         }
 
     def global_step(self, stats: Stats, params: Any, sweep: int) -> Update:
         alpha, labels = params["alpha"], params["labels"]
         offset = alpha - self.alpha_prior_mean
-        objective = float((stats["log_evidence"] - 0.5 * np.sum(offset ** 2)) / max(labels.sum(), 1.0))
         step = (stats["grad"] - offset) / (stats["info"] + 1.0)
         new_alpha = alpha + np.clip(step, -_MAX_ALPHA_STEP, _MAX_ALPHA_STEP)
         accuracy = np.divide(stats["right"], labels, out=np.full(labels.shape, np.nan), where=labels > 0)
-        return Update(params={"alpha": new_alpha, "labels": labels, "accuracy": accuracy}, objective=objective)
+        new = {"alpha": new_alpha, "labels": labels, "accuracy": accuracy}
+        if "log_evidence" not in stats:  # a later pass of the M-step: the EM iteration goes on
+            return Update(params={**params, **new, "sweep": sweep}, objective=params["objective"], change=math.inf)
+        objective = float((stats["log_evidence"] - 0.5 * np.sum(offset ** 2)) / max(labels.sum(), 1.0))
+        if not self._keeps_posteriors:
+            return Update(params=new, objective=objective)
+        new.update(sweep=sweep, objective=objective)
+        if self.stop != "crowd-kit":
+            return Update(params=new, objective=objective)
+        if sweep <= self.m_step_rounds:  # the first EM iteration: no objective of an earlier one to compare
+            return Update(params=new, objective=objective, change=math.inf)
+        # crowd-kit's objective of the EM iteration before this sweep's E-step, at the parameters this sweep used
+        terms = float(stats["crowdkit"]) - 0.5 * np.sum(offset ** 2) - 0.5 * np.log(2.0 * np.pi) * self.n_workers
+        crowdkit = terms / max(labels.sum() * self.n_classes, 1.0)
+        previous = params.get("crowdkit_objective")
+        new["crowdkit_objective"] = crowdkit
+        return Update(params=new, objective=objective, change=math.inf if previous is None else crowdkit - previous,
+                      extra={"crowdkit_objective": crowdkit})
 
     def finish_block(self, block: Block, state: State, params: Any) -> ItemResult:
         beta = self._beta(block, state)
-        posterior, _ = self._posterior(block, params["alpha"], beta)
+        if self.stop == "crowd-kit" and state is not None and "q" in state:
+            # a sweep after the parameters' one: the fit stopped at the EM iteration before that sweep's E-step
+            late = int(state["sweep"]) > int(params.get("sweep", 0))
+            posterior, beta = (state["q_kept"], state["beta_kept"]) if late else (state["q"], beta)
+        else:
+            posterior, _ = self._posterior(block, params["alpha"], beta)
         label = pick_labels(block, posterior, self.seed, self.ties)
         return ItemResult(posterior=posterior, label=label, extra={"beta": beta})
 
