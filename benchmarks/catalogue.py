@@ -111,11 +111,13 @@ def untied(probas: pd.DataFrame) -> pd.Series:
     return pd.Series(gap > _TIED, index=probas.index)
 
 
-def ours(name: str, labels: pd.DataFrame, matched: bool) -> dict[str, Any]:
-    """crowdspark's fit on the pandas API (local engine): labels, posteriors, seconds."""
+def ours(name: str, labels: pd.DataFrame, matched: bool, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """crowdspark's fit on the pandas API (local engine): labels, posteriors, seconds; ``extra`` parameters
+    beside the matched ones (``--matched``)."""
     from crowdspark.api import Aggregator
 
     params = {"preset": "crowd-kit"} if matched and has_preset(name) else {}
+    params.update(extra or {})
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -230,8 +232,24 @@ def chosen(names: list[str] | None) -> tuple[list[str], list[str]]:
     return both, only
 
 
-def quality(datasets: list[str], names: list[str] | None = None) -> dict[str, Any]:
+def matched_params(settings: list[str]) -> dict[str, dict[str, Any]]:
+    """``--matched`` settings ``<method>.<parameter>=<value>`` by method (values: JSON, else strings)."""
+    by_method: dict[str, dict[str, Any]] = {}
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        method, _, param = key.partition(".")
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value
+        by_method.setdefault(method, {})[param] = parsed
+    return by_method
+
+
+def quality(datasets: list[str], names: list[str] | None = None,
+            extra: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     both, only = chosen(names)
+    extra = extra or {}
     rows = {}
     for name in datasets:
         labels, gold = load(name)
@@ -248,7 +266,8 @@ def quality(datasets: list[str], names: list[str] | None = None) -> dict[str, An
                     cell["ck_skipped"] = ck["skipped"]
                 else:
                     cell.update(ck_err=error(ck["labels"], gold), ck_s=ck["seconds"])
-                    matched = ours(method, labels, matched=True) if has_preset(method) else default
+                    matched = (ours(method, labels, matched=True, extra=extra.get(method))
+                               if has_preset(method) or method in extra else default)
                     if method in ROW_ORDER:
                         ck = theirs(method, labels.sort_values(["worker", "label"], kind="stable"))
                     cell.update(matched_err=error(matched["labels"], gold), agree=agreement(matched, ck),
@@ -476,6 +495,8 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     q = sub.add_parser("quality", help="error rates, fit times and agreement on the bundled datasets")
     q.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
+    q.add_argument("--matched", nargs="+", default=[], metavar="METHOD.PARAM=VALUE",
+                   help="parameters added to a method's matched fit, beside its crowd-kit preset")
     s = sub.add_parser("speed", help="one iteration at N synthetic labels, Spark local[2] against crowd-kit")
     s.add_argument("--labels", type=int, default=1_000_000)
     s.add_argument("--iterations", type=int, default=5)
@@ -487,7 +508,7 @@ def main(argv: list[str] | None = None) -> None:
 
     print(f"machine: {machine()}; date: {date.today()}; crowd-kit {crowdkit.__version__ if hasattr(crowdkit, '__version__') else ''}")
     if args.command == "quality":
-        result: Any = quality(args.datasets, args.methods)
+        result: Any = quality(args.datasets, args.methods, matched_params(args.matched))
         print_quality(result)
     else:
         result = speed(args.labels, args.iterations, args.methods)
