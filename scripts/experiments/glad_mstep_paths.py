@@ -15,7 +15,8 @@ rises by less than 1e-5) and these M-steps from the previous point, for the post
 - ``scipy cg``: crowd-kit's own M-step (``scipy.optimize.minimize(method="CG")``, the same settings).
 
 Printed per dataset and M-step: the iteration the rule stops at and the agreement with crowd-kit's labels on
-the items untied in both posteriors (crowd-kit's results from ``benchmarks.catalogue``'s cache, else fitted).
+the items untied in both posteriors (crowd-kit's results from ``benchmarks.catalogue``'s cache, else fitted);
+then the largest entry of the gradient where crowd-kit's first M-step ends (0 at the M-step's optimum).
 """
 
 from __future__ import annotations
@@ -160,6 +161,10 @@ def main(names: list[str]) -> None:
                 stop, probas = fit(crowd, step)
             ours = {"labels": probas.idxmax(axis=1), "probas": probas}
             cells.append(f"{step_name}: stops at {stop}, {agreement(ours, ck):.2f}%")
+        start = np.ones(crowd.K + crowd.n)
+        first = crowd.posterior(*crowd.split(start))[crowd.i, crowd.c]
+        cells.append(f"largest gradient entry after scipy's first M-step: "
+                     f"{np.abs(crowd.gradient(scipy_step(crowd, start, first), first)).max():.2f}")
         print(f"{name}: " + " | ".join(cells), flush=True)
 
 
