@@ -16,7 +16,9 @@ rises by less than 1e-5) and these M-steps from the previous point, for the post
 
 Printed per dataset and M-step: the iteration the rule stops at and the agreement with crowd-kit's labels on
 the items untied in both posteriors (crowd-kit's results from ``benchmarks.catalogue``'s cache, else fitted);
-then the largest entry of the gradient where crowd-kit's first M-step ends (0 at the M-step's optimum).
+then the steps and the evaluations of the objective with its gradient of scipy's M-steps (each would be a
+pass over the data on the engine), and the largest entry of the gradient where crowd-kit's first M-step ends
+(0 at the M-step's optimum).
 """
 
 from __future__ import annotations
@@ -129,9 +131,14 @@ def cg_step(crowd: Crowd, x: np.ndarray, p: np.ndarray, steps: int = 25, gtol: f
     return x
 
 
+#: (steps, evaluations of the objective and its gradient) of every scipy M-step run
+SCIPY_COUNTS: list[tuple[int, int]] = []
+
+
 def scipy_step(crowd: Crowd, x: np.ndarray, p: np.ndarray) -> np.ndarray:
-    return minimize(crowd.loss, x, args=(p,), method="CG", jac=crowd.gradient, tol=1e-2,
-                    options={"maxiter": 25}).x
+    result = minimize(crowd.loss, x, args=(p,), method="CG", jac=crowd.gradient, tol=1e-2, options={"maxiter": 25})
+    SCIPY_COUNTS.append((result.nit, result.nfev))
+    return result.x
 
 
 def fit(crowd: Crowd, m_step, tol: float = 1e-5, max_iter: int = 100) -> tuple[int, pd.DataFrame]:
@@ -155,12 +162,16 @@ def main(names: list[str]) -> None:
         ck = theirs("glad", labels)
         crowd = Crowd(labels, ck["probas"].columns)
         cells = []
+        SCIPY_COUNTS.clear()
         for step_name, step in steps.items():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 stop, probas = fit(crowd, step)
             ours = {"labels": probas.idxmax(axis=1), "probas": probas}
             cells.append(f"{step_name}: stops at {stop}, {agreement(ours, ck):.2f}%")
+        steps_run, evaluations = zip(*SCIPY_COUNTS)
+        cells.append(f"scipy's M-steps: {min(steps_run)}-{max(steps_run)} steps, "
+                     f"{min(evaluations)}-{max(evaluations)} evaluations each")
         start = np.ones(crowd.K + crowd.n)
         first = crowd.posterior(*crowd.split(start))[crowd.i, crowd.c]
         cells.append(f"largest gradient entry after scipy's first M-step: "
