@@ -186,3 +186,18 @@ def test_glads_crowd_kit_objective_is_crowd_kits():
     counts = np.bincount(np.concatenate([b.worker for b in blocks]), minlength=enc.n_workers).astype(float)
     update = model.global_step(stats, {"alpha": alpha, "labels": counts}, sweep=2)
     assert update.extra["crowdkit_objective"] == pytest.approx(theirs.loss_history_[0], rel=1e-9)
+
+
+def test_glads_crowd_kit_preset_takes_crowd_kits_m_step():
+    """One EM iteration: crowd-kit's abilities and difficulties after its conjugate-gradient M-step are the
+    preset's (its M-step followed one evaluation per pass, on blocks of 500 labels), and so are the answers."""
+    from crowdspark.api import GLAD
+
+    labels = pd.read_csv(DATA / "bluebird" / "labels.csv", dtype=str)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = crowdkit.GLAD(n_iter=1).fit(labels.rename(columns={"item": "task"}))
+        ours = GLAD(preset="crowd-kit", n_iter=1).fit(labels)
+    np.testing.assert_allclose(ours.alphas_.loc[theirs.alphas_.index], theirs.alphas_, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(ours.betas_.loc[theirs.betas_.index], theirs.betas_, rtol=0, atol=1e-6)
+    assert (ours.labels_.loc[theirs.labels_.index] == theirs.labels_).all()

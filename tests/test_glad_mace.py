@@ -129,6 +129,8 @@ def test_a_worker_table_starts_glad_and_mace_workers():
     ("glad", {"tol": -1}, r"glad.tol must be"),
     ("glad", {"stop": "first"}, r"glad.stop must be one of"),
     ("glad", {"m_step_rounds": 0}, r"glad.m_step_rounds must be"),
+    ("glad", {"m_step": "lbfgs"}, r"glad.m_step must be one of"),
+    ("glad", {"m_step": "cg"}, r"glad.m_step = 'cg' is crowd-kit's M-step .* set glad.stop = 'crowd-kit'"),
     ("mace", {"method": "gibbs"}, r"mace.method must be one of"),
     ("mace", {"alpha": 0}, r"mace.alpha must be"),
     ("mace", {"strategy_prior": -1.0}, r"mace.strategy_prior must be"),
@@ -177,20 +179,25 @@ def test_glads_defaults_ignore_the_crowd_kit_rule_s_state():
 
 
 @pytest.mark.spark
-def test_glads_crowd_kit_stop_gives_the_local_answer_on_spark(spark):
+@pytest.mark.parametrize("params, sweeps", [
+    ({"stop": "crowd-kit", "m_step_rounds": ROUNDS}, ROUNDS * 2 + 1),
+    ({"preset": "crowd-kit"}, None),
+])
+def test_glads_crowd_kit_rules_give_the_local_answer_on_spark(spark, params, sweeps):
     from crowdspark.engine.spark import SparkEngine
 
     blocks, enc = load_dataset("music_genre", 500)
-    k, c = enc.n_workers, enc.n_classes
     assert len(blocks) > 3
-    model = crowdkit_stop(k, c)
+    model = build_model("glad", params, enc.n_workers, enc.n_classes, 0)
     local, _, labels, posterior = fitted_answers(model, blocks)
     engine = SparkEngine(spark.sparkContext.parallelize(blocks, 3))
     try:
         remote, _, remote_labels, remote_posterior = fitted_answers(model, blocks, engine)
     finally:
         engine.close()
-    assert len(remote.history) == len(local.history) == ROUNDS * 2 + 1
-    np.testing.assert_allclose(remote.params["alpha"], local.params["alpha"], rtol=0, atol=1e-9)
-    np.testing.assert_allclose(remote_posterior, posterior, rtol=0, atol=1e-9)
+    assert len(remote.history) == len(local.history) == (sweeps or len(local.history))
+    assert local.converged and remote.converged
+    # the partitions' sums are added in another order, whose rounding some hundred line-search steps carry
+    np.testing.assert_allclose(remote.params["alpha"], local.params["alpha"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(remote_posterior, posterior, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(remote_labels, labels)
