@@ -201,3 +201,22 @@ def test_glads_crowd_kit_preset_takes_crowd_kits_m_step():
     np.testing.assert_allclose(ours.alphas_.loc[theirs.alphas_.index], theirs.alphas_, rtol=0, atol=1e-6)
     np.testing.assert_allclose(ours.betas_.loc[theirs.betas_.index], theirs.betas_, rtol=0, atol=1e-6)
     assert (ours.labels_.loc[theirs.labels_.index] == theirs.labels_).all()
+
+
+def test_glads_crowd_kit_preset_stops_where_crowd_kit_stops_with_its_answers():
+    """music_genre: crowd-kit's objective falls at its second iteration and its loop stops there; the preset
+    stops after the same two EM iterations, and its labels are crowd-kit's on every untied item."""
+    from crowdspark.api import GLAD
+
+    labels = pd.read_csv(DATA / "music_genre" / "labels.csv", dtype=str)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = crowdkit.GLAD().fit(labels.rename(columns={"item": "task"}))
+        ours = GLAD(preset="crowd-kit").fit(labels)
+    assert len(theirs.loss_history_) == 2
+    assert ours.converged_ and ours.history_["em_iteration"].max() == 2
+    np.testing.assert_allclose(ours.history_["crowdkit_objective"].dropna(), theirs.loss_history_, rtol=1e-6)
+    index = theirs.labels_.index
+    both = untied(theirs.probas_, index) & untied(ours.probas_.rename(columns=str), index)
+    assert both.mean() > 0.9
+    assert (ours.labels_.loc[index][both] == theirs.labels_.loc[index][both]).all()
