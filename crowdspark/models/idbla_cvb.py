@@ -364,7 +364,11 @@ def _coupling_matrix(weights: np.ndarray, rows: np.ndarray, n_cols: int) -> sp.c
         R J, fewer than 2**31.
     """
     m, width = weights.shape
-    index = (rows[:, None] * width + np.arange(width, dtype=np.int32)).ravel()
+    # one pass per coupling index: a broadcast over rows of `width` (2 to C) values runs several times slower
+    base, index = rows * np.int32(width), np.empty((m, width), dtype=np.int32)
+    for j in range(width):
+        np.add(base, np.int32(j), out=index[:, j])
+    index = index.ravel()
     indptr = np.arange(0, m * width + 1, width, dtype=np.int32)
     return sp.csr_matrix((weights.ravel(), index, indptr), shape=(m, n_cols))
 
