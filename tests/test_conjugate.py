@@ -66,3 +66,18 @@ def test_a_start_within_the_tolerance_takes_no_step():
     x, state, evaluations = run(f, grad, best, 10)
     assert state.done and state.steps == 0 and evaluations == 1
     np.testing.assert_array_equal(x, best)
+
+
+@pytest.mark.parametrize("module", [None, "without _iterate"])
+def test_a_scipy_without_the_line_search_this_module_drives_is_a_config_error_naming_the_fix(monkeypatch, module):
+    import sys
+    import types
+
+    from crowdspark.errors import ConfigError
+    from crowdspark.models.glad import Glad
+
+    fake = None if module is None else types.SimpleNamespace(DCSRCH=type("DCSRCH", (), {}))
+    monkeypatch.setitem(sys.modules, "scipy.optimize._dcsrch", fake)
+    with pytest.raises(ConfigError, match="private DCSRCH class.*glad.m_step = 'newton'"):
+        Glad(3, 2, m_step="cg", stop="crowd-kit")
+    Glad(3, 2)  # the default M-step does not need it

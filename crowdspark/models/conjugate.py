@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CgSums", "CgState", "cg_start", "cg_after_trial", "state_to_tree", "state_from_tree"]
+from crowdspark.errors import ConfigError
+
+__all__ = ["CgSums", "CgState", "cg_start", "cg_after_trial", "state_to_tree", "state_from_tree", "line_search_class"]
 
 #: scipy's constants of ``_minimize_cg`` and its line search
 _C1, _C2, _SIGMA_3, _XTOL, _AMIN, _AMAX, _DCSRCH_MAXITER = 1e-4, 0.4, 0.01, 1e-14, 1e-100, 1e100, 100
@@ -80,9 +82,32 @@ class CgState:
     commit: tuple[float, float] | None = None
 
 
+def line_search_class() -> type:
+    """scipy's ``DCSRCH`` (``scipy.optimize._dcsrch``, a private module since scipy 1.12).
+
+    Raises
+    ------
+    ConfigError
+        This scipy has no such class, or one without the ``_iterate`` step this module drives.
+    """
+    try:
+        from scipy.optimize._dcsrch import DCSRCH
+    except ImportError:
+        DCSRCH = None
+    if DCSRCH is None or not callable(getattr(DCSRCH, "_iterate", None)):
+        import scipy
+
+        raise ConfigError(
+            f"glad.m_step = 'cg' (GLAD's crowd-kit preset) follows scipy's line search step by step through "
+            f"its private DCSRCH class, which scipy {scipy.__version__} does not have in the form this version "
+            "of crowdspark drives (scipy 1.12 to 1.17 do): install one of those, or use glad.m_step = 'newton' "
+            "(the default)")
+    return DCSRCH
+
+
 def _begin_search(state: CgState, derphi0: float) -> None:
     """scipy's ``scalar_search_wolfe1``: the first trial step, and a new ``DCSRCH``."""
-    from scipy.optimize._dcsrch import DCSRCH
+    DCSRCH = line_search_class()
 
     phi0, old_phi0 = state.old_fval, state.old_old_fval
     alpha1 = 1.0
@@ -173,7 +198,7 @@ def state_to_tree(state: CgState) -> dict[str, Any]:
 
 def state_from_tree(tree: dict[str, Any]) -> CgState:
     """The inverse of :func:`state_to_tree`."""
-    from scipy.optimize._dcsrch import DCSRCH
+    DCSRCH = line_search_class()
 
     values = dict(tree)
     values["task"] = tree["task"].encode("latin-1")

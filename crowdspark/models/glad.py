@@ -52,7 +52,7 @@ from crowdspark.models.common import (
 )
 from crowdspark.models.weighted_vote import check_ties, first_ties, pick_labels
 from crowdspark.errors import ConfigError
-from crowdspark.models.conjugate import CgSums, cg_after_trial, cg_start, state_from_tree, state_to_tree
+from crowdspark.models.conjugate import CgSums, cg_after_trial, cg_start, line_search_class, state_from_tree, state_to_tree
 from crowdspark.stats import Stats
 from crowdspark.validation import check_choice, check_float, check_int
 
@@ -165,6 +165,8 @@ class Glad(Model):
                 f"glad.m_step = 'cg' is crowd-kit's M-step and runs with crowd-kit's stopping rule, but got "
                 f"glad.stop = {self.stop!r} and glad.m_step_rounds = {self.m_step_rounds}: set glad.stop = "
                 "'crowd-kit' and leave glad.m_step_rounds at 1 (the crowd-kit preset sets both)")
+        if self.m_step == "cg":
+            line_search_class()
 
     @property
     def schedule(self) -> Schedule:
