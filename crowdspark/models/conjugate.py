@@ -101,7 +101,7 @@ def line_search_class() -> type:
             f"glad.m_step = 'cg' (GLAD's crowd-kit preset) follows scipy's line search step by step through "
             f"its private DCSRCH class, which scipy {scipy.__version__} does not have in the form this version "
             "of crowdspark drives (scipy 1.12 and later have it): install one of those, or use glad.m_step = "
-            "'newton' "(the default)")
+            "'newton' (the default)")
     return DCSRCH
 
 
