@@ -111,11 +111,13 @@ def untied(probas: pd.DataFrame) -> pd.Series:
     return pd.Series(gap > _TIED, index=probas.index)
 
 
-def ours(name: str, labels: pd.DataFrame, matched: bool) -> dict[str, Any]:
-    """crowdspark's fit on the pandas API (local engine): labels, posteriors, seconds."""
+def ours(name: str, labels: pd.DataFrame, matched: bool, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """crowdspark's fit on the pandas API (local engine): labels, posteriors, seconds; ``extra`` parameters
+    beside the matched ones (``--matched``)."""
     from crowdspark.api import Aggregator
 
     params = {"preset": "crowd-kit"} if matched and has_preset(name) else {}
+    params.update(extra or {})
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -230,8 +232,24 @@ def chosen(names: list[str] | None) -> tuple[list[str], list[str]]:
     return both, only
 
 
-def quality(datasets: list[str], names: list[str] | None = None) -> dict[str, Any]:
+def matched_params(settings: list[str]) -> dict[str, dict[str, Any]]:
+    """``--matched`` settings ``<method>.<parameter>=<value>`` by method (values: JSON, else strings)."""
+    by_method: dict[str, dict[str, Any]] = {}
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        method, _, param = key.partition(".")
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value
+        by_method.setdefault(method, {})[param] = parsed
+    return by_method
+
+
+def quality(datasets: list[str], names: list[str] | None = None,
+            extra: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     both, only = chosen(names)
+    extra = extra or {}
     rows = {}
     for name in datasets:
         labels, gold = load(name)
@@ -248,7 +266,8 @@ def quality(datasets: list[str], names: list[str] | None = None) -> dict[str, An
                     cell["ck_skipped"] = ck["skipped"]
                 else:
                     cell.update(ck_err=error(ck["labels"], gold), ck_s=ck["seconds"])
-                    matched = ours(method, labels, matched=True) if has_preset(method) else default
+                    matched = (ours(method, labels, matched=True, extra=extra.get(method))
+                               if has_preset(method) or method in extra else default)
                     if method in ROW_ORDER:
                         ck = theirs(method, labels.sort_values(["worker", "label"], kind="stable"))
                     cell.update(matched_err=error(matched["labels"], gold), agree=agreement(matched, ck),
@@ -415,7 +434,7 @@ def mmsr_driver_iteration(model: Any, init_stats: dict[str, np.ndarray], n_iter:
     return seconds, {"cov": cov, "common": common, "n_items": int(init_stats["items"])}
 
 
-def speed(n_labels: int, n_iter: int, names: list[str] | None = None) -> list[dict[str, Any]]:
+def speed(n_labels: int, n_iter: int, names: list[str] | None = None, preset: bool = False) -> list[dict[str, Any]]:
     import crowdkit.aggregation  # noqa: F401 - imported before any timing, not inside the first one
 
     both, _ = chosen(names)
@@ -442,6 +461,17 @@ def speed(n_labels: int, n_iter: int, names: list[str] | None = None) -> list[di
                 theirs_s = _seconds(lambda: crowdkit_labels(name, frame))
             what = (f"whole fit and answers (fit alone: crowdspark's one Spark job {fitted['fit']:.3f} s, crowd-kit's "
                     f"`fit` {theirs_fit:.3f} s, {theirs_fit / fitted['fit']:.1f}x)")
+        elif preset and has_preset(name) and name == "glad":
+            fitted = spark_fit(spark, path, name, {"preset": "crowd-kit", "max_iter": n_iter, "tol": 0.0})
+            em = max(h.get("em_iteration", 0.0) for h in fitted["result"].history)
+            ours_s = fitted["fit"] / em
+            extra = {"passes_per_em_iteration": len(fitted["result"].history) / em}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                glad = crowdkit_glad_iteration(frame, n_iter)
+            theirs_s, extra["crowdkit_cpu_s"] = glad["wall"], glad["cpu"]
+            what = (f"one EM iteration, the crowd-kit preset (crowd-kit's M-step: "
+                    f"{extra['passes_per_em_iteration']:.0f} passes each)")
         else:
             fitted = spark_fit(spark, path, name, {"max_iter": n_iter + 1, "tol": 0.0})
             ours_s = fitted["iteration"]
@@ -476,9 +506,13 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     q = sub.add_parser("quality", help="error rates, fit times and agreement on the bundled datasets")
     q.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
+    q.add_argument("--matched", nargs="+", default=[], metavar="METHOD.PARAM=VALUE",
+                   help="parameters added to a method's matched fit, beside its crowd-kit preset")
     s = sub.add_parser("speed", help="one iteration at N synthetic labels, Spark local[2] against crowd-kit")
     s.add_argument("--labels", type=int, default=1_000_000)
     s.add_argument("--iterations", type=int, default=5)
+    s.add_argument("--preset", action="store_true",
+                   help="GLAD with its crowd-kit preset (crowd-kit's M-step), per EM iteration of the whole fit")
     for p in (q, s):
         p.add_argument("--json", help="also write the results to this file")
         p.add_argument("--methods", nargs="+", help="only these registered algorithms (default: all)")
@@ -487,10 +521,10 @@ def main(argv: list[str] | None = None) -> None:
 
     print(f"machine: {machine()}; date: {date.today()}; crowd-kit {crowdkit.__version__ if hasattr(crowdkit, '__version__') else ''}")
     if args.command == "quality":
-        result: Any = quality(args.datasets, args.methods)
+        result: Any = quality(args.datasets, args.methods, matched_params(args.matched))
         print_quality(result)
     else:
-        result = speed(args.labels, args.iterations, args.methods)
+        result = speed(args.labels, args.iterations, args.methods, args.preset)
         print_speed(result, args.labels, args.iterations)
     if args.json:
         with open(args.json, "w") as handle:

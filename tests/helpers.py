@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pickle
+import warnings
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +42,27 @@ def frames_to_blocks(labels: pd.DataFrame, gold: pd.DataFrame | None = None, max
         split=split,
     )
     return blocks, enc
+
+
+def fitted_answers(model, blocks, engine=None):
+    """The fit of ``model`` on ``engine`` (a local engine over ``blocks`` by default) and its ``(ids, labels,
+    posteriors)`` sorted by item id."""
+    from crowdspark.engine.local import LocalEngine
+    from crowdspark.engine.loop import finish_fn, fit
+
+    engine = engine or LocalEngine(blocks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = fit(model, engine)
+    if isinstance(engine, LocalEngine):
+        pairs = engine.map_items(partial(finish_fn, model), result.params)
+    else:
+        pairs = [pickle.loads(row[0]) for row in engine.item_blobs(partial(finish_fn, model), result.params).collect()]
+    ids = np.concatenate([b.item_ids for b, _ in pairs]).astype(str)
+    labels = np.concatenate([r.label for _, r in pairs])
+    post = np.concatenate([r.posterior for _, r in pairs])
+    order = np.argsort(ids, kind="stable")
+    return result, ids[order], labels[order], post[order]
 
 
 def error_rate(results) -> float:

@@ -176,10 +176,11 @@ class Watched:
         return "".join(self.lines)
 
 
-#: per mode: settings, the sweep after which the executor is killed, and the sweeps of the fit (a session's
-#: sweeps take milliseconds on RTE: the default chain leaves it hundreds of them after the kill)
+#: per mode: settings, the sweep after which the executor is killed, and the sweeps of the fit.  A session's
+#: sweeps take milliseconds on RTE, so the killed session must have many left for the kill to land inside
+#: it rather than between two sessions (where no session task restarts): 950 of its 1000.
 KILLED = {
-    "session": (["spark.session_sweeps=100"], 120, 400),
+    "session": (["spark.session_sweeps=1000", "idbla.burn_in=1000", "idbla.n_samples=1000"], 1050, 2000),
     "jobs": (["idbla.burn_in=10", "idbla.n_samples=15"], 12, 25),
 }
 
@@ -187,7 +188,7 @@ KILLED = {
 @pytest.mark.parametrize("mode", ["session", "jobs"])
 def test_a_killed_executor_is_survived_with_the_same_answer(cluster, tmp_path, mode):
     """IDBLA (per-item state), executor killed after its lineage was truncated (every 10 sweeps in jobs
-    mode; at each session's end, every 100 sweeps, in session mode): the states come back from the reliable
+    mode; at each session's end, every 1000 sweeps, in session mode): the states come back from the reliable
     checkpoints (and, in session mode, the driver replays the session's sweeps to the restarted tasks)."""
     settings, kill_at, sweeps = KILLED[mode]
     reference = local_answer(tmp_path, "idbla", *settings)

@@ -8,20 +8,14 @@ named, and items with gold in the fit (``Block.fixed``) answered with their gold
 
 from __future__ import annotations
 
-import pickle
-import warnings
-from functools import partial
-
 import numpy as np
 import pandas as pd
 import pytest
 
 from crowdspark.block import GoldSplit
 from crowdspark.models.registry import algorithm_names, build_model, hyperparameters, model_class
-from crowdspark.engine.local import LocalEngine
-from crowdspark.engine.loop import finish_fn, fit
 from crowdspark.stats import sum_stats
-from tests.helpers import DATA, frames_to_blocks
+from tests.helpers import DATA, fitted_answers, frames_to_blocks
 
 #: fast settings for the tests (applied where the algorithm has the parameter)
 FAST = {"max_iter": 15, "burn_in": 5, "n_samples": 8}
@@ -42,20 +36,7 @@ def make(name: str, n_workers: int, n_classes: int, seed: int = SEED):
 
 def answers(name: str, blocks, enc, seed: int = SEED, engine=None):
     """``(ids, labels, posteriors)`` sorted by item id, from a fit on ``engine`` (local by default)."""
-    model = make(name, enc.n_workers, enc.n_classes, seed)
-    engine = engine or LocalEngine(blocks)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        result = fit(model, engine)
-    if isinstance(engine, LocalEngine):
-        pairs = engine.map_items(partial(finish_fn, model), result.params)
-    else:
-        pairs = [pickle.loads(row[0]) for row in engine.item_blobs(partial(finish_fn, model), result.params).collect()]
-    ids = np.concatenate([b.item_ids for b, _ in pairs]).astype(str)
-    labels = np.concatenate([r.label for _, r in pairs])
-    post = np.concatenate([r.posterior for _, r in pairs])
-    order = np.argsort(ids, kind="stable")
-    return ids[order], labels[order], post[order]
+    return fitted_answers(make(name, enc.n_workers, enc.n_classes, seed), blocks, engine)[1:]
 
 
 def decided(post: np.ndarray) -> np.ndarray:

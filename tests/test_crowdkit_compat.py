@@ -159,3 +159,64 @@ def test_one_coins_crowd_kit_preset_stops_where_crowd_kit_stops_with_its_answers
     np.testing.assert_allclose(ours.loss_history_, theirs.loss_history_, rtol=1e-6)
     assert len(theirs.loss_history_) == 2
     assert (ours.labels_.loc[theirs.labels_.index].astype(str) == theirs.labels_.astype(str)).all()
+
+
+def test_glads_crowd_kit_objective_is_crowd_kits():
+    """crowd-kit's GLAD objective of its first iteration, recomputed by glad's block terms and driver step
+    (``stop="crowd-kit"``) from crowd-kit's own posteriors and parameters, is its ``loss_history_[0]``."""
+    from crowdspark.models.registry import build_model
+    from tests.helpers import load_dataset
+
+    labels = pd.read_csv(DATA / "bluebird" / "labels.csv", dtype=str)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = crowdkit.GLAD(n_iter=1).fit(labels.rename(columns={"item": "task"}))
+    blocks, enc = load_dataset("bluebird", max_labels=500)
+    assert len(blocks) > 1
+    model = build_model("glad", {"stop": "crowd-kit"}, enc.n_workers, enc.n_classes, 0)
+    alpha = theirs.alphas_.loc[list(enc.workers)].to_numpy()
+    probas = theirs.probas_[list(enc.classes)]
+    terms = 0.0
+    for block in blocks:
+        beta = theirs.betas_.loc[block.item_ids].to_numpy()
+        posterior = probas.loc[block.item_ids].to_numpy()
+        terms += model._crowdkit_terms(block, posterior, beta, *model._label_logs(block, alpha, beta))
+    zeros = np.zeros(enc.n_workers)
+    stats = {"grad": zeros, "info": zeros, "right": zeros, "log_evidence": np.array(0.0), "crowdkit": np.array(terms)}
+    counts = np.bincount(np.concatenate([b.worker for b in blocks]), minlength=enc.n_workers).astype(float)
+    update = model.global_step(stats, {"alpha": alpha, "labels": counts}, sweep=2)
+    assert update.extra["crowdkit_objective"] == pytest.approx(theirs.loss_history_[0], rel=1e-9)
+
+
+def test_glads_crowd_kit_preset_takes_crowd_kits_m_step():
+    """One EM iteration: crowd-kit's abilities and difficulties after its conjugate-gradient M-step are the
+    preset's (its M-step followed one evaluation per pass, on blocks of 500 labels), and so are the answers."""
+    from crowdspark.api import GLAD
+
+    labels = pd.read_csv(DATA / "bluebird" / "labels.csv", dtype=str)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = crowdkit.GLAD(n_iter=1).fit(labels.rename(columns={"item": "task"}))
+        ours = GLAD(preset="crowd-kit", n_iter=1).fit(labels)
+    np.testing.assert_allclose(ours.alphas_.loc[theirs.alphas_.index], theirs.alphas_, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(ours.betas_.loc[theirs.betas_.index], theirs.betas_, rtol=0, atol=1e-6)
+    assert (ours.labels_.loc[theirs.labels_.index] == theirs.labels_).all()
+
+
+def test_glads_crowd_kit_preset_stops_where_crowd_kit_stops_with_its_answers():
+    """music_genre: crowd-kit's objective falls at its second iteration and its loop stops there; the preset
+    stops after the same two EM iterations, and its labels are crowd-kit's on every untied item."""
+    from crowdspark.api import GLAD
+
+    labels = pd.read_csv(DATA / "music_genre" / "labels.csv", dtype=str)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = crowdkit.GLAD().fit(labels.rename(columns={"item": "task"}))
+        ours = GLAD(preset="crowd-kit").fit(labels)
+    assert len(theirs.loss_history_) == 2
+    assert ours.converged_ and ours.history_["em_iteration"].max() == 2
+    np.testing.assert_allclose(ours.history_["crowdkit_objective"].dropna(), theirs.loss_history_, rtol=1e-6)
+    index = theirs.labels_.index
+    both = untied(theirs.probas_, index) & untied(ours.probas_.rename(columns=str), index)
+    assert both.mean() > 0.9
+    assert (ours.labels_.loc[index][both] == theirs.labels_.loc[index][both]).all()

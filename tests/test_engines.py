@@ -366,3 +366,24 @@ def test_a_stateful_session_whose_states_are_lost_after_its_sweeps_runs_again(sp
     assert lost
     # 3 sessions of the fit and the one that ran the first again
     assert report == {"enabled": True, "sessions": 4, "task_restarts": 0}
+
+
+def test_a_run_of_one_pass_models_on_a_cluster_never_probes_and_says_why(spark, monkeypatch):
+    """wawa fits in one Spark job: on a cluster master (where only a probe decides the sweep mode) no probe
+    runs, no mode is chosen, and the report says why, not that nothing ran."""
+    from crowdspark.engine import spark as spark_engine
+    from crowdspark.models.wawa import Wawa
+
+    monkeypatch.setattr(spark_engine, "static_choice", lambda *args: None)  # as on a cluster master
+    monkeypatch.setattr(spark_engine, "probe", lambda *args: pytest.fail("a one-pass fit probed the cluster"))
+    blocks, enc = frames_to_blocks(pd.read_csv(DATA / "rte" / "labels.csv", dtype=str), max_labels=700)
+    engine = spark_engine.SparkEngine(spark.sparkContext.parallelize(blocks, 2), sweep_mode="session")
+    try:
+        local = fit(Wawa(enc.n_workers, enc.n_classes), LocalEngine(blocks))
+        result = fit(Wawa(enc.n_workers, enc.n_classes), engine)
+        mode = engine.report()["sweep_mode"]
+    finally:
+        engine.close()
+    np.testing.assert_allclose(result.params["skill"], local.params["skill"], atol=1e-12)
+    assert mode["requested"] == "session" and mode["chosen"] is None
+    assert mode["reason"].startswith("no fit of this run sweeps (a one-pass model")

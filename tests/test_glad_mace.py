@@ -17,6 +17,7 @@ from crowdspark.errors import ConfigError
 from crowdspark.models.glad import Glad
 from crowdspark.models.mace import Mace
 from crowdspark.models.registry import build_model
+from tests.helpers import fitted_answers, load_dataset
 from tests.test_catalogue_simple import run
 
 N_WORKERS, N_CLASSES, PER_ITEM = 30, 3, 8
@@ -126,6 +127,10 @@ def test_a_worker_table_starts_glad_and_mace_workers():
     ("glad", {"beta_steps": 0}, r"glad.beta_steps must be"),
     ("glad", {"ties": "last"}, r"glad.ties must be one of"),
     ("glad", {"tol": -1}, r"glad.tol must be"),
+    ("glad", {"stop": "first"}, r"glad.stop must be one of"),
+    ("glad", {"m_step_rounds": 0}, r"glad.m_step_rounds must be"),
+    ("glad", {"m_step": "lbfgs"}, r"glad.m_step must be one of"),
+    ("glad", {"m_step": "cg"}, r"glad.m_step = 'cg' is crowd-kit's M-step .* set glad.stop = 'crowd-kit'"),
     ("mace", {"method": "gibbs"}, r"mace.method must be one of"),
     ("mace", {"alpha": 0}, r"mace.alpha must be"),
     ("mace", {"strategy_prior": -1.0}, r"mace.strategy_prior must be"),
@@ -133,3 +138,66 @@ def test_a_worker_table_starts_glad_and_mace_workers():
 def test_bad_parameters_are_refused(name, params, message):
     with pytest.raises(ConfigError, match=message):
         build_model(name, params, 3, 2, 0)
+
+
+#: ``glad.m_step_rounds`` with which crowd-kit's rule stops music_genre's fit at its second EM iteration
+ROUNDS = 4
+
+
+def crowdkit_stop(n_workers: int, n_classes: int, **params) -> Glad:
+    return build_model("glad", {"stop": "crowd-kit", "m_step_rounds": ROUNDS, **params}, n_workers, n_classes, 0)
+
+
+def test_glads_crowd_kit_stop_answers_with_the_e_step_and_m_step_of_the_iteration_it_stops_at():
+    """The rule's test of iteration t runs in the first sweep of iteration t + 1; the fit then answers with
+    E-step t's posteriors (those a fit of t - 1 iterations ends with) and M-step t's abilities (those of a
+    fit of t iterations)."""
+    blocks, enc = load_dataset("music_genre", 10**6)
+    k, c = enc.n_workers, enc.n_classes
+    result, labels, _, posterior = run(crowdkit_stop(k, c), blocks)
+    sweeps = len(result.history)
+    t = (sweeps - 1) // ROUNDS
+    assert result.converged and sweeps == ROUNDS * t + 1 and t >= 2
+    last, before = result.history[-1], result.history[-1 - ROUNDS]
+    assert last["change"] < 1e-5
+    assert last["change"] == pytest.approx(last["crowdkit_objective"] - before["crowdkit_objective"])
+    fixed = {"tol": 0.0, "stop": "change"}
+    after_t, _, _, _ = run(crowdkit_stop(k, c, max_iter=t, **fixed), blocks)
+    np.testing.assert_array_equal(result.params["alpha"], after_t.params["alpha"])
+    _, before_labels, _, before_posterior = run(crowdkit_stop(k, c, max_iter=t - 1, **fixed), blocks)
+    np.testing.assert_allclose(posterior, before_posterior, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(labels, before_labels)
+
+
+def test_glads_defaults_ignore_the_crowd_kit_rule_s_state():
+    """The default rule keeps no posteriors in the blocks and answers from the last parameters."""
+    blocks, enc = load_dataset("music_genre", 10**6)
+    k, c = enc.n_workers, enc.n_classes
+    model = build_model("glad", {}, k, c, 0)
+    state, _ = model.local_step(blocks[0], model.init_block(blocks[0])[0], {"alpha": np.ones(k)}, 1)
+    assert set(state) == {"beta"}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("params, sweeps", [
+    ({"stop": "crowd-kit", "m_step_rounds": ROUNDS}, ROUNDS * 2 + 1),
+    ({"preset": "crowd-kit"}, None),
+])
+def test_glads_crowd_kit_rules_give_the_local_answer_on_spark(spark, params, sweeps):
+    from crowdspark.engine.spark import SparkEngine
+
+    blocks, enc = load_dataset("music_genre", 500)
+    assert len(blocks) > 3
+    model = build_model("glad", params, enc.n_workers, enc.n_classes, 0)
+    local, _, labels, posterior = fitted_answers(model, blocks)
+    engine = SparkEngine(spark.sparkContext.parallelize(blocks, 3))
+    try:
+        remote, _, remote_labels, remote_posterior = fitted_answers(model, blocks, engine)
+    finally:
+        engine.close()
+    assert len(remote.history) == len(local.history) == (sweeps or len(local.history))
+    assert local.converged and remote.converged
+    # the partitions' sums are added in another order, whose rounding some hundred line-search steps carry
+    np.testing.assert_allclose(remote.params["alpha"], local.params["alpha"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(remote_posterior, posterior, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(remote_labels, labels)

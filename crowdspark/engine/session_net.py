@@ -5,11 +5,11 @@ Nothing here knows Spark; :mod:`crowdspark.engine.session` runs the barrier job 
 **Handshake.**  A task connects to the :class:`SessionServer` and is admitted in two steps, neither of which
 deserializes anything:
 
-1. mutual authentication with the session key (:func:`new_key`, 32 random bytes): the driver checks that the
-   task knows the key, then the task checks that the driver does
-   (:func:`multiprocessing.connection.deliver_challenge` and
-   :func:`~multiprocessing.connection.answer_challenge`: an HMAC of a random message; every handshake message
-   longer than 256 bytes is refused before it is read);
+1. mutual authentication with the session key (:func:`new_key`, 32 random bytes), fixed-size messages
+   only (:func:`_authenticate`): the driver sends a 32-byte random challenge; the task answers with the
+   HMAC-SHA256 of it under the key (labelled "task") and its own 32-byte challenge; the driver checks the
+   answer and only then answers the task's challenge (the HMAC-SHA256 of both challenges, labelled
+   "driver"), which the task checks.  The labels keep either answer from being replayed as the other;
 2. the task's hello, a fixed 16-byte struct (partition id, task attempt id), and the driver's reply, 16
    random bytes (the channel's nonce).  Both sides derive the channel's two keys, one per direction, from
    the session key, the hello and the nonce (:func:`channel_keys`).
@@ -40,7 +40,7 @@ import socket
 import struct
 import threading
 from collections.abc import Callable
-from multiprocessing.connection import AuthenticationError, Connection, answer_challenge, deliver_challenge
+from multiprocessing.connection import AuthenticationError
 from typing import Any
 
 __all__ = [
@@ -65,9 +65,11 @@ _SEQUENCE = struct.Struct("!QQ")  # a frame's sequence number and length, as its
 #: payloads up to this size go out in one write with their header (as multiprocessing.connection does)
 _JOIN_BELOW = 16384
 _POLL_SECONDS = 0.5
-#: what a peer that does not complete the handshake makes it raise (answer_challenge asserts on a message
-#: that is not a challenge)
-_HANDSHAKE_FAILURES = (OSError, EOFError, AuthenticationError, AssertionError)
+_CHALLENGE_BYTES = 32
+_TASK_PROOF = b"crowdspark sweep session: the task holds the key\0"
+_DRIVER_PROOF = b"crowdspark sweep session: the driver holds the key\0"
+#: what a peer that does not complete the handshake makes it raise
+_HANDSHAKE_FAILURES = (OSError, EOFError, AuthenticationError)
 
 
 class SessionError(RuntimeError):
@@ -255,18 +257,42 @@ class _Deadline:
             raise TimeoutError(f"no complete handshake within {self._seconds:g} s")
 
 
+def _proof(key: bytes, label: bytes, *challenges: bytes) -> bytes:
+    """The HMAC-SHA256 under ``key`` of ``label`` followed by ``challenges``: 32 bytes."""
+    return hmac.digest(key, label + b"".join(challenges), "sha256")
+
+
+def _check_proof(received: bytes, expected: bytes) -> None:
+    if not hmac.compare_digest(received, expected):
+        raise AuthenticationError("digest received was wrong")
+
+
 def _authenticate(sock: socket.socket, key: bytes, *, server: bool) -> None:
-    """Mutual challenge-response over ``sock`` (blocking): the server checks the client first."""
-    connection = Connection(sock.dup().detach())
-    try:
-        if server:
-            deliver_challenge(connection, key)
-            answer_challenge(connection, key)
-        else:
-            answer_challenge(connection, key)
-            deliver_challenge(connection, key)
-    finally:
-        connection.close()
+    """Mutual challenge-response over ``sock`` (blocking): the server checks the client first.
+
+    Raises
+    ------
+    AuthenticationError
+        The peer's answer is not the HMAC of the challenge under ``key``.
+    EOFError
+        The peer closed the connection (on the task's side: before the driver's answer, which is how the
+        driver refuses the task's, raised as an ``AuthenticationError``).
+    """
+    if server:
+        challenge = secrets.token_bytes(_CHALLENGE_BYTES)
+        sock.sendall(challenge)
+        answer = bytes(_read_exact(sock, _TAG_BYTES + _CHALLENGE_BYTES))
+        _check_proof(answer[:_TAG_BYTES], _proof(key, _TASK_PROOF, challenge))
+        sock.sendall(_proof(key, _DRIVER_PROOF, answer[_TAG_BYTES:], challenge))
+    else:
+        theirs = bytes(_read_exact(sock, _CHALLENGE_BYTES))
+        mine = secrets.token_bytes(_CHALLENGE_BYTES)
+        sock.sendall(_proof(key, _TASK_PROOF, theirs) + mine)
+        try:
+            answer = bytes(_read_exact(sock, _TAG_BYTES))
+        except EOFError as error:
+            raise AuthenticationError("digest sent was rejected (the driver closed the connection)") from error
+        _check_proof(answer, _proof(key, _DRIVER_PROOF, mine, theirs))
 
 
 def connect(address: tuple[str, int], key: bytes, partition: int, attempt_id: int,

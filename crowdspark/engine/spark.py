@@ -199,6 +199,11 @@ def _identity(key: int) -> int:
     return key
 
 
+#: the sweep mode's reason when no fit of the run swept (its models fit in one pass, or nothing was fitted)
+_NO_SWEEPS = ("no fit of this run sweeps (a one-pass model such as mv or wawa fits in one Spark job), so "
+              "spark.sweep_mode did not apply")
+
+
 def session_addresses(master: str, conf) -> tuple[str, str]:
     """Where a sweep session's server listens and where its tasks connect: the narrowest address that works.
 
@@ -670,7 +675,7 @@ class SparkEngine(Engine):
             "sweep_mode": {
                 "requested": self.sweep_mode,
                 "chosen": choice.mode if choice else None,
-                "reason": choice.reason if choice else "no fit ran",
+                "reason": choice.reason if choice else _NO_SWEEPS,
             },
             "sweep_sessions": self.session_report(),
             "state_checkpoints": "reliable" if self.reliable_checkpoints else "local",
