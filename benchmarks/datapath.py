@@ -14,7 +14,8 @@ Every run is a fresh process on the same synthetic Dawid-Skene Parquet file (``b
 
 Each tree runs with its own ``.venv``.  The runs alternate (this tree, the other, ...) ``--repeats`` times, so a
 change of the machine's load hits both; the table gives medians, wall time and peak RSS of the run's largest
-process, and the phases of ``summary.json``.  ``--skip-local`` leaves out the local engine (at 100M labels).
+process, the Python driver's own peak RSS (``summary.json``'s ``memory``) and the phases of ``summary.json``.
+``--skip-local`` leaves out the local engine (at 100M labels).
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def run(tree: Path, engine: str, labels: str, iterations: int, driver_memory: st
         finally:
             os.chdir(here)
         summary = json.loads(Path(f"{tmp}/out/summary.json").read_text())
-    return {"wall_s": wall, "rss_mib": rss, "timings": summary["timings"]}
+    return {"wall_s": wall, "rss_mib": rss, "timings": summary["timings"],
+            "driver_mib": summary.get("memory", {}).get("driver_python_peak_mib", np.nan)}
 
 
 def run_crowdkit(labels: str, iterations: int) -> dict | None:
@@ -118,19 +120,20 @@ def main() -> None:
                     print(f"{tree} {engine}: FAILED {result['failed']}", flush=True)
                     continue
                 runs[(tree, engine)].append(result)
-                print(f"{tree} {engine}: {result['wall_s']:.1f} s, {result['rss_mib']:.0f} MiB, {result['timings']}",
-                      flush=True)
+                print(f"{tree} {engine}: {result['wall_s']:.1f} s, {result['rss_mib']:.0f} MiB (Python driver "
+                      f"{result['driver_mib']:.0f} MiB), {result['timings']}", flush=True)
     crowdkit = None if args.skip_crowdkit else run_crowdkit(path, args.iterations)
     print(f"\n{args.labels:,} labels, {args.iterations} Dawid-Skene iterations, {args.repeats} runs each (medians); "
           f"old = {old_commit}; machine: {machine()}; load average before {load_before}, after {_uptime()}; "
           f"date: {date.today()}")
-    print("| run | end to end (s) | peak RSS (MiB) | phases (s) |")
-    print("|---|---|---|---|")
+    print("| run | end to end (s) | peak RSS (MiB) | Python driver's peak RSS (MiB) | phases (s) |")
+    print("|---|---|---|---|---|")
     runs = {key: rs for key, rs in runs.items() if rs}
     for (tree, engine), rs in runs.items():
-        print(f"| {tree} {engine} | {_median(rs, 'wall_s'):.1f} | {_median(rs, 'rss_mib'):.0f} | {_phases(rs)} |")
+        print(f"| {tree} {engine} | {_median(rs, 'wall_s'):.1f} | {_median(rs, 'rss_mib'):.0f} | "
+              f"{_median(rs, 'driver_mib'):.0f} | {_phases(rs)} |")
     if crowdkit is not None:
-        print(f"| crowd-kit DawidSkene | {crowdkit['wall_s']:.1f} | {crowdkit['rss_mib']:.0f} | |")
+        print(f"| crowd-kit DawidSkene | {crowdkit['wall_s']:.1f} | {crowdkit['rss_mib']:.0f} | | |")
     for engine in engines:
         if ("new", engine) in runs and ("old", engine) in runs:
             new, old = _median(runs[("new", engine)], "wall_s"), _median(runs[("old", engine)], "wall_s")

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from crowdspark.rng import item_keys as _item_keys
 from crowdspark.rng import named_uniforms
@@ -196,6 +195,8 @@ def build_blocks(
         return []
     # items sorted by id: the blocks, and every sum over them, do not depend on the order in which rows
     # arrive (Spark's shuffle order varies between runs)
+    import pandas as pd
+
     codes, uniques = pd.factorize(item_ids, sort=True)
     return blocks_from_codes(codes, np.asarray(uniques, dtype=object), worker, label, truth, max_labels, split)
 

@@ -488,3 +488,32 @@ def test_nothing_in_crowdspark_unpickles_a_file():
         if pattern.search(line)
     ]
     assert offenders == []
+
+
+@pytest.mark.spark
+def test_the_pass_spills_into_the_engines_folder_and_a_refused_input_leaves_none(spark, tmp_path, monkeypatch):
+    """On a local master the pass writes the blocks and the driver the remap files into the engine's marked
+    folder, which the engine deletes when it closes; a prepare that fails on its input deletes the folder."""
+    import tempfile
+
+    from crowdspark.errors import InputError
+    from crowdspark.pipeline.prepare import prepare_spark
+
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    config = load_config(engine_name="spark", seed=1)
+    frame = pd.read_csv(LABELS, dtype=str)
+    prepared = prepare_spark(spark, config, spark.createDataFrame(frame))
+    engine = prepared.engine
+    try:
+        spill_dir = Path(engine._spill_dir)
+        assert engine.resident and spill_dir.parent == tmp_path and marker(spill_dir)["kind"] == "spill"
+        spilled = list(spill_dir.glob("*.block.npz"))
+        assert len(spilled) == engine.materialize() >= 1 and len(list(spill_dir.glob("*.remap.npz"))) >= 1
+        assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in spill_dir.glob("*.npz"))
+    finally:
+        engine.close()
+    assert not spill_dir.exists()
+    frame.loc[3, "worker"] = None
+    with pytest.raises(InputError, match="null"):
+        prepare_spark(spark, config, spark.createDataFrame(frame))
+    assert not list(tmp_path.glob("crowdspark-blocks-*"))

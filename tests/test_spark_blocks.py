@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,7 @@ from crowdspark.io.spark_blocks import (
     _partition_pass,
     _remap_partition,
     merge_summaries,
+    remapped_handles,
 )
 from tests.helpers import DATA
 
@@ -35,7 +37,7 @@ def _rte_with_gold() -> pd.DataFrame:
     return frame
 
 
-def _passed(frame: pd.DataFrame, parts: int, max_labels: int, split: GoldSplit) -> list[list]:
+def _passed(frame: pd.DataFrame, parts: int, max_labels: int, split: GoldSplit, spill_to=None) -> list[list]:
     """Each partition's rows (summary first) as the pass emits them, the frame split by item like a shuffle."""
     out = []
     shuffled = frame.sample(frac=1.0, random_state=1)
@@ -44,7 +46,7 @@ def _passed(frame: pd.DataFrame, parts: int, max_labels: int, split: GoldSplit) 
         table = pa.Table.from_pandas(shuffled[part == p], preserve_index=False)
         batches = iter(table.to_batches(max_chunksize=777))
         out.append([(b.column(0)[0].as_py(), b.column(1)[0].as_py())
-                    for b in _partition_pass(batches, max_labels, split)])
+                    for b in _partition_pass(batches, max_labels, split, spill_to)])
     return out
 
 
@@ -87,6 +89,29 @@ def test_the_pass_and_the_remap_build_the_local_engines_blocks(classes_order):
         )
     _assert_same_blocks(got, expected)
     assert any((b.fixed >= 0).any() for b in got) and any((b.truth >= 0).any() for b in got)
+
+
+def test_spilled_blocks_are_remapped_when_a_worker_loads_them(tmp_path):
+    """With a spill folder, the pass writes its blocks there and emits handles; the driver writes one remap file
+    per partition, and loading a handle gives the block of the in-memory path; no pickled block is emitted."""
+    from crowdspark.engine.resident import BlockHandle, forget, make_spill_directory, resolve
+
+    frame = _rte_with_gold()
+    split = GoldSplit(fit_fraction=0.5, seed=3)
+    classes = order_classes(list(frame["label"].unique()))[::-1]  # labels re-sorted within items on load
+    enc = Encoding(tuple(sorted(frame["worker"].unique())), tuple(classes))
+    broadcast = _Value((pa.array(enc.workers, pa.string()), enc.classes))
+    expected = [b for rows in _passed(frame, 3, 400, split) for b in _remap_partition(broadcast, iter(rows))]
+    directory = make_spill_directory(str(tmp_path), "engine")
+    spilled = _passed(frame, 3, 400, split, (directory, "engine"))
+    partitions = [(pickle.loads(rows[0][1]), [pickle.loads(payload) for _, payload in rows[1:]]) for rows in spilled]
+    assert all(isinstance(h, BlockHandle) and h.remap is None for _, handles in partitions for h in handles)
+    handles = [h for part in remapped_handles(partitions, enc) for h in part]
+    assert len({h.remap for h in handles}) == 3 and len(list(Path(directory).glob("*.remap.npz"))) == 3
+    try:
+        _assert_same_blocks([resolve(h) for h in handles], expected)
+    finally:
+        forget("engine")
 
 
 def test_a_partition_with_nulls_or_too_many_labels_builds_nothing_and_counts():

@@ -20,6 +20,11 @@ its folder when it closes, and a new engine deletes the folders whose owner proc
 machine creates the folder there with the same marker, naming the process its Python workers share; the first
 spill on that host after the executor is gone deletes it.  A spill file is a data-only ``.npz`` archive of the block's
 arrays (:func:`write_block`), read with ``allow_pickle=False``.
+
+A block may be spilled before the run's encoding is known (the one-pass prepare on a local master,
+:mod:`crowdspark.io.spark_blocks`): its codes index its partition's dictionaries, and its handle names a
+*remap file* (:func:`write_remap`: the partition's worker and class maps into the run's codes, also
+data-only) that :func:`resolve` applies as it loads the block.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ __all__ = [
     "forget",
     "write_block",
     "read_block",
+    "write_remap",
     "make_spill_directory",
     "remove_spill_directory",
     "remove_stale_spill_directories",
@@ -59,6 +65,9 @@ SPILL_PREFIX = "crowdspark-blocks-"
 
 #: this Python process's resident blocks, by handle key
 _RESIDENT: dict[str, Block] = {}
+
+#: this Python process's remap files, by path
+_REMAPS: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
 #: the Block's integer arrays, stored as they are
 _ARRAYS = ("item_keys", "offsets", "item_of_label", "worker", "label", "truth", "fixed")
@@ -74,10 +83,14 @@ class BlockHandle:
         Unique id of the block (``<engine id>/<uuid>``).
     path : str
         The spill file (:func:`write_block`).
+    remap : str, optional
+        The remap file (:func:`write_remap`) to apply to the spilled block's codes when it is loaded;
+        ``None``: the block is in the run's codes.
     """
 
     key: str
     path: str
+    remap: str | None = None
 
     @property
     def engine_id(self) -> str:
@@ -117,6 +130,24 @@ def read_block(path: str) -> Block:
     return Block(item_ids=item_ids, duplicate_pairs=int(arrays.pop("duplicate_pairs")), **arrays)
 
 
+def write_remap(path: str, worker_map: np.ndarray, class_map: np.ndarray) -> None:
+    """Write a partition's code maps (int32, shapes (K_p,) and (C_p,): its worker and class codes -> the
+    run's) to ``path`` (created with mode 0600) as an ``.npz`` archive."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        np.savez(handle, worker=worker_map, label=class_map)
+
+
+def _remap(path: str) -> tuple[np.ndarray, np.ndarray]:
+    """The maps of the remap file at ``path`` (read once per process)."""
+    maps = _REMAPS.get(path)
+    if maps is None:
+        with np.load(path, allow_pickle=False) as archive:
+            maps = (archive["worker"], archive["label"])
+        _REMAPS[path] = maps
+    return maps
+
+
 def spill(directory: str, engine_id: str, block: Block) -> BlockHandle:
     """Write ``block`` to a new file under ``directory`` and return its handle."""
     if not os.path.isdir(directory):
@@ -138,7 +169,13 @@ def resolve(element: Block | BlockHandle) -> Block:
         # blocks of other (finished) engines are dropped when a new engine's block arrives
         for key in [k for k in _RESIDENT if not k.startswith(element.engine_id + "/")]:
             del _RESIDENT[key]
+        for path in [p for p in _REMAPS if os.path.dirname(p) != os.path.dirname(element.path)]:
+            del _REMAPS[path]
         block = read_block(element.path)
+        if element.remap is not None:
+            from crowdspark.io.spark_blocks import remap_block
+
+            block = remap_block(block, *_remap(element.remap))
         _RESIDENT[element.key] = block
     return block
 
@@ -147,6 +184,7 @@ def forget(engine_id: str) -> None:
     """Drop this process's resident blocks of ``engine_id``."""
     for key in [k for k in _RESIDENT if k.startswith(engine_id + "/")]:
         del _RESIDENT[key]
+    _REMAPS.clear()
 
 
 def make_spill_directory(root: str, engine_id: str) -> str:

@@ -48,7 +48,7 @@ from crowdspark.io.datatree import tree_from_bytes, tree_to_bytes
 from crowdspark.models.base import State
 from crowdspark.stats import Stats, add_stats
 
-__all__ = ["SparkEngine"]
+__all__ = ["SparkEngine", "spill_target"]
 
 log = logging.getLogger(__name__)
 
@@ -309,6 +309,30 @@ def static_choice(requested: str, master: str, conf) -> SweepChoice | None:
     return None
 
 
+def _spill_root(sc) -> str:
+    """Where resident spill folders go: the first ``spark.local.dir``, else the temporary folder."""
+    return sc.getConf().get("spark.local.dir", tempfile.gettempdir()).split(",")[0]
+
+
+def _new_spill_directory(sc, engine_id: str) -> str:
+    """A new spill folder of ``engine_id`` (:func:`~crowdspark.engine.resident.make_spill_directory`), the stale
+    ones of this host deleted first."""
+    root = _spill_root(sc)
+    remove_stale_spill_directories(root)
+    return make_spill_directory(root, engine_id)
+
+
+def spill_target(sc, resident_blocks: str) -> tuple[str, str] | None:
+    """A new spill folder and engine id that blocks can be written to before the engine exists (then pass them
+    to :class:`SparkEngine` as ``spilled``), on a local master whose engine keeps its blocks resident
+    (``spark.resident_blocks`` ``auto`` or ``on``); ``None`` elsewhere (a cluster's tasks do not share the
+    driver's disk)."""
+    if not sc.master.startswith("local") or resident_blocks == "off":
+        return None
+    engine_id = uuid.uuid4().hex[:16]
+    return _new_spill_directory(sc, engine_id), engine_id
+
+
 class SparkEngine(Engine):
     """Holds the blocks as a cached RDD.
 
@@ -335,6 +359,10 @@ class SparkEngine(Engine):
         shows that a barrier stage can run on every executor slot and that its tasks reach the driver within
         a few seconds, and neither dynamic allocation nor Spark's encryption is on; else ``jobs``.  The choice
         and its reason are in :meth:`report`.
+    spilled : (str, str), optional
+        ``blocks`` holds :class:`~crowdspark.engine.resident.BlockHandle` of blocks already written to this
+        spill folder (:func:`spill_target`) with this engine id: the engine is resident, adopts the folder and
+        deletes it when it closes.
 
     Notes
     -----
@@ -356,6 +384,7 @@ class SparkEngine(Engine):
         inject_task_failure: int = 0,
         resident_blocks: str = "auto",
         sweep_mode: str = "auto",
+        spilled: tuple[str, str] | None = None,
     ) -> None:
         from pyspark import StorageLevel
 
@@ -365,9 +394,9 @@ class SparkEngine(Engine):
         self.session_sweeps = session_sweeps
         self.tree_depth = tree_depth
         self.inject_task_failure = inject_task_failure
-        self.engine_id = uuid.uuid4().hex[:16]
+        self.engine_id = uuid.uuid4().hex[:16] if spilled is None else spilled[1]
         self.local = self.sc.master.startswith("local")
-        self.resident = resident_blocks == "on" or (resident_blocks == "auto" and self.local)
+        self.resident = spilled is not None or resident_blocks == "on" or (resident_blocks == "auto" and self.local)
         self.sweep_mode = sweep_mode
         self.choice = static_choice(sweep_mode, self.sc.master, self.sc.getConf())
         self._warned_local_checkpoints = False
@@ -376,10 +405,11 @@ class SparkEngine(Engine):
         self._sessions_run = 0
         self._session_restarts = 0
         self._spill_dir = None
-        if self.resident:
-            root = self.sc.getConf().get("spark.local.dir", tempfile.gettempdir()).split(",")[0]
-            remove_stale_spill_directories(root)
-            self._spill_dir = make_spill_directory(root, self.engine_id)
+        if spilled is not None:
+            self._spill_dir = spilled[0]
+            self._base = blocks.map(_with_empty_state).persist(self._storage)
+        elif self.resident:
+            self._spill_dir = _new_spill_directory(self.sc, self.engine_id)
             self._base = blocks.map(partial(_spilled, self._spill_dir, self.engine_id)).persist(self._storage)
         else:
             self._base = blocks.map(_with_empty_state).persist(self._storage)

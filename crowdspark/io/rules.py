@@ -23,12 +23,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from crowdspark.errors import InputError
 from crowdspark.faces import display_key, setting
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "MAX_CLASSES",
@@ -112,10 +115,14 @@ class Encoding:
 
     @cached_property
     def _worker_index(self) -> pd.Index:
+        import pandas as pd
+
         return pd.Index(self.workers)
 
     @cached_property
     def _class_index(self) -> pd.Index:
+        import pandas as pd
+
         return pd.Index(self.classes)
 
     def worker_codes(self, values: np.ndarray) -> np.ndarray:

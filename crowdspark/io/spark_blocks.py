@@ -12,6 +12,12 @@ The driver then merges the summaries (:func:`merge_summaries`): row and null cou
 and otherwise broadcasts the run's encoding; :func:`remapped_blocks` maps each partition's codes to the run's
 codes as the blocks leave the cache.  No label-level data reaches the driver.
 
+On a local master whose engine keeps its blocks resident (:mod:`crowdspark.engine.resident`), the pass writes
+each block straight to the engine's spill folder and emits its handle instead of the pickled block
+(:func:`spilled_partitions`): the driver collects the summaries and handles (no cache), writes each
+partition's code maps to a remap file (:func:`remapped_handles`), and the Python worker applies them when it
+first loads a block.  No block goes through Spark's cache or the driver.
+
 The blocks equal those of the older multi-pass reader (:func:`crowdspark.io.spark_reader.block_rdd`): a
 partition's workers, sorted, are a subset of the run's sorted workers, so their order (and the blocks' label
 order) is kept; classes, whose order may be configured, are re-sorted within each item when it is not.
@@ -19,7 +25,9 @@ order) is kept; classes, whose order may be configured, are re-sorted within eac
 
 from __future__ import annotations
 
+import os
 import pickle
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import partial
@@ -28,9 +36,11 @@ from typing import Any
 import numpy as np
 
 from crowdspark.block import Block, GoldSplit, _label_order, blocks_from_codes
+from crowdspark.engine.resident import BlockHandle, spill, write_remap
 from crowdspark.io.rules import MAX_CLASSES, Encoding, sorted_codes
 
-__all__ = ["PartitionSummary", "MergedSummary", "summarized_blocks", "collect_summaries", "merge_summaries", "remapped_blocks"]
+__all__ = ["PartitionSummary", "MergedSummary", "summarized_blocks", "collect_summaries", "merge_summaries",
+           "remapped_blocks", "remap_block", "spilled_partitions", "remapped_handles", "handle_rdd"]
 
 _ROLES = ("item", "worker", "label")
 
@@ -92,7 +102,7 @@ def _recoded(codes: np.ndarray, values, dictionary) -> np.ndarray:
 _SUMMARY, _BLOCK = 0, 1
 
 
-def _row(payload: PartitionSummary | Block):
+def _row(payload: PartitionSummary | Block | BlockHandle):
     import pyarrow as pa
 
     kind = _SUMMARY if isinstance(payload, PartitionSummary) else _BLOCK
@@ -100,8 +110,10 @@ def _row(payload: PartitionSummary | Block):
                                        "payload": [pickle.dumps(payload, protocol=5)]})
 
 
-def _partition_pass(batches: Iterator, max_labels: int, split: GoldSplit | None) -> Iterator:
-    """mapInArrow function: one partition's label rows -> its :class:`PartitionSummary`, then its blocks.
+def _partition_pass(batches: Iterator, max_labels: int, split: GoldSplit | None,
+                    spill_to: tuple[str, str] | None = None) -> Iterator:
+    """mapInArrow function: one partition's label rows -> its :class:`PartitionSummary`, then its blocks (with
+    ``spill_to``, a spill folder and engine id: each block written there, and its handle in its place).
 
     Rows with nulls, or more than ``MAX_CLASSES`` distinct labels, build no block: the run fails on the
     driver with the merged counts.
@@ -141,7 +153,7 @@ def _partition_pass(batches: Iterator, max_labels: int, split: GoldSplit | None)
                        workers=workers, items=len(uniques), gold_items=gold_items, first_item=str(uniques[0]),
                        built=True))
     for block in blocks:
-        yield _row(block)
+        yield _row(block if spill_to is None else spill(*spill_to, block))
 
 
 def summarized_blocks(frame, n_partitions: int, max_labels: int, split: GoldSplit | None = None):
@@ -165,9 +177,27 @@ def summarized_blocks(frame, n_partitions: int, max_labels: int, split: GoldSpli
     """
     from pyspark import StorageLevel
 
-    fn = partial(_partition_pass, max_labels=max_labels, split=split)
-    out = frame.repartition(n_partitions, "item").mapInArrow(fn, "kind byte, payload binary")
-    return out.persist(StorageLevel.MEMORY_AND_DISK)
+    return _passed_rows(frame, n_partitions, max_labels, split, None).persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def _passed_rows(frame, n_partitions: int, max_labels: int, split: GoldSplit | None, spill_to: tuple[str, str] | None):
+    """The pass's rows (:func:`_partition_pass`) after one shuffle by item, lazily."""
+    fn = partial(_partition_pass, max_labels=max_labels, split=split, spill_to=spill_to)
+    return frame.repartition(n_partitions, "item").mapInArrow(fn, "kind byte, payload binary")
+
+
+def spilled_partitions(frame, n_partitions: int, max_labels: int, split: GoldSplit | None,
+                       spill_to: tuple[str, str]) -> list[tuple[PartitionSummary, list[BlockHandle]]]:
+    """Each partition's summary and the handles of its blocks, written to ``spill_to`` (a spill folder and
+    engine id on a disk every task can read), by one Spark job; arguments as :func:`summarized_blocks`."""
+    partitions: list[tuple[PartitionSummary, list[BlockHandle]]] = []
+    for kind, payload in _passed_rows(frame, n_partitions, max_labels, split, spill_to).collect():
+        element = pickle.loads(payload)
+        if kind == _SUMMARY:
+            partitions.append((element, []))
+        else:
+            partitions[-1][1].append(element)
+    return partitions
 
 
 def collect_summaries(cached) -> list[PartitionSummary]:
@@ -227,13 +257,21 @@ def merge_summaries(summaries: list[PartitionSummary]) -> MergedSummary:
     )
 
 
-def _remap_block(block: Block, worker_map: np.ndarray, class_map: np.ndarray, monotone: bool) -> Block:
+def remap_block(block: Block, worker_map: np.ndarray, class_map: np.ndarray) -> Block:
     """``block`` with its partition codes replaced by the run's (labels re-sorted within an item when the
-    class map does not keep their order)."""
+    class map does not keep their order).
+
+    Parameters
+    ----------
+    block : Block
+        Codes into its partition's dictionaries.
+    worker_map, class_map : ndarray of int32, shapes (K_p,) and (C_p,)
+        The run's code of each partition code.
+    """
     worker = worker_map[block.worker]
     label = class_map[block.label]
     item_of_label = block.item_of_label
-    if not monotone:
+    if not bool(np.all(np.diff(class_map) > 0)):
         order = _label_order(item_of_label, worker, label, block.n_items)
         item_of_label, worker, label = item_of_label[order], worker[order], label[order]
     truth = np.where(block.truth >= 0, class_map[np.maximum(block.truth, 0)], -1).astype(np.int32)
@@ -241,9 +279,45 @@ def _remap_block(block: Block, worker_map: np.ndarray, class_map: np.ndarray, mo
     return replace(block, worker=worker, label=label, item_of_label=item_of_label, truth=truth, fixed=fixed)
 
 
-def _remap_partition(broadcast, rows: Iterator) -> Iterator[Block]:
+def _new_remap_file(directory: str, worker_map: np.ndarray, class_map: np.ndarray) -> str:
+    """The path of a new remap file of the maps in the spill folder ``directory``."""
+    path = os.path.join(directory, f"{uuid.uuid4().hex}.remap.npz")
+    write_remap(path, worker_map, class_map)
+    return path
+
+
+def _partition_maps(summary: PartitionSummary, workers, classes: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The maps of a built partition's worker and class codes to the run's ``workers`` (a sorted Arrow array) and
+    ``classes``, int32 (K_p,) and (C_p,)."""
     import pyarrow.compute as pc
 
+    worker_map = pc.index_in(summary.workers, value_set=workers).to_numpy(zero_copy_only=False).astype(np.int32)
+    position = {c: i for i, c in enumerate(classes)}
+    class_map = np.array([position.get(c, -1) for c in summary.classes], dtype=np.int32)
+    if (worker_map < 0).any() or (class_map < 0).any():
+        raise RuntimeError("internal error: a worker or class is not in the run's encoding")
+    return worker_map, class_map
+
+
+def remapped_handles(partitions: list[tuple[PartitionSummary, list[BlockHandle]]],
+                     encoding: Encoding) -> list[list[BlockHandle]]:
+    """Each partition's handles (:func:`spilled_partitions`) naming a new remap file of its codes into
+    ``encoding``'s, written next to its spill files by the driver."""
+    import pyarrow as pa
+
+    workers = pa.array(encoding.workers, type=pa.string())
+    out = []
+    for summary, handles in partitions:
+        if handles:
+            remap = _new_remap_file(os.path.dirname(handles[0].path),
+                                    *_partition_maps(summary, workers, encoding.classes))
+            handles = [replace(handle, remap=remap) for handle in handles]
+        out.append(handles)
+    return out
+
+
+def _remap_partition(broadcast, rows: Iterator) -> Iterator[Block]:
+    """One partition's rows of :func:`summarized_blocks` -> its blocks in the run's codes."""
     workers, classes = broadcast.value
     summary: PartitionSummary | None = None
     for row in rows:
@@ -252,17 +326,10 @@ def _remap_partition(broadcast, rows: Iterator) -> Iterator[Block]:
             if not isinstance(payload, PartitionSummary):
                 raise RuntimeError("internal error: a partition of blocks does not start with its summary")
             summary = payload
-            if not summary.built:  # an empty partition: no block follows
-                continue
-            worker_map = pc.index_in(summary.workers, value_set=workers).to_numpy(zero_copy_only=False)
-            worker_map = worker_map.astype(np.int32)
-            position = {c: i for i, c in enumerate(classes)}
-            class_map = np.array([position.get(c, -1) for c in summary.classes], dtype=np.int32)
-            if (worker_map < 0).any() or (class_map < 0).any():
-                raise RuntimeError("internal error: a worker or class is not in the run's encoding")
-            monotone = bool(np.all(np.diff(class_map) > 0))
+            if summary.built:  # else an empty partition: no block follows
+                worker_map, class_map = _partition_maps(summary, workers, classes)
             continue
-        yield _remap_block(payload, worker_map, class_map, monotone)
+        yield remap_block(payload, worker_map, class_map)
 
 
 def remapped_blocks(cached, encoding: Encoding):
@@ -275,3 +342,12 @@ def remapped_blocks(cached, encoding: Encoding):
     sc = cached.sparkSession.sparkContext
     broadcast = sc.broadcast((pa.array(encoding.workers, type=pa.string()), encoding.classes))
     return cached.rdd.mapPartitions(partial(_remap_partition, broadcast))
+
+
+def _handles(partition: list[BlockHandle]) -> list[BlockHandle]:
+    return partition
+
+
+def handle_rdd(sc, partitions: list[list[BlockHandle]]):
+    """The RDD of the handles, one partition per list (in order): the pass's partitions, lazily."""
+    return sc.parallelize(partitions, max(1, len(partitions))).flatMap(_handles)

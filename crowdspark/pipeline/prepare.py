@@ -275,6 +275,11 @@ def _labels_with_gold(labels, gold):
     return labels if gold is None else labels.join(gold.frame, on="item", how="left")
 
 
+def _unpersist(cached) -> None:
+    if cached is not None:
+        cached.unpersist()
+
+
 def _encoding(merged, config: RunConfig, source: str) -> Encoding:
     """The run's encoding from the merged partition summaries, or the input error they show (the checks and
     messages of :func:`crowdspark.io.spark_reader.prepare_labels_spark`, in the same order)."""
@@ -343,8 +348,17 @@ def prepare_spark(
     """
     from pyspark import StorageLevel
 
-    from crowdspark.engine.spark import SparkEngine
-    from crowdspark.io.spark_blocks import collect_summaries, merge_summaries, remapped_blocks, summarized_blocks
+    from crowdspark.engine.resident import remove_spill_directory
+    from crowdspark.engine.spark import SparkEngine, spill_target
+    from crowdspark.io.spark_blocks import (
+        collect_summaries,
+        handle_rdd,
+        merge_summaries,
+        remapped_blocks,
+        remapped_handles,
+        spilled_partitions,
+        summarized_blocks,
+    )
     from crowdspark.io.spark_reader import canonical_spark_frame, prepare_gold_spark, spark_input_errors
 
     timer = timer or Timer()
@@ -365,6 +379,7 @@ def prepare_spark(
     if cache:
         labels = labels.persist(StorageLevel.MEMORY_AND_DISK)
     cached = None
+    spill_to = spill_target(spark.sparkContext, config.spark.resident_blocks)  # local master: blocks to disk at once
     try:
         with spark_input_errors("labels", labels_source):
             # local Parquet: its footers on the driver; a cached frame's count fills the cache
@@ -373,9 +388,14 @@ def prepare_spark(
             timer.lap("validate")
             log.info("reading, validating and grouping the labels at %s into blocks", labels_source)
             max_labels = config.engine.max_block_labels
-            cached = summarized_blocks(_labels_with_gold(labels, gold), n_partitions, max_labels,
-                                       config.gold.split())
-            merged = merge_summaries(collect_summaries(cached))
+            frame, split = _labels_with_gold(labels, gold), config.gold.split()
+            if spill_to is None:
+                cached = summarized_blocks(frame, n_partitions, max_labels, split)
+                summaries = collect_summaries(cached)
+            else:  # the blocks go to the engine's spill files; the driver gets summaries and handles
+                partitions = spilled_partitions(frame, n_partitions, max_labels, split, spill_to)
+                summaries = [summary for summary, _ in partitions]
+            merged = merge_summaries(summaries)
         labels.unpersist()  # a no-op when it was not cached
         enc = _selected(labels_source, selection, lambda: _encoding(merged, config, labels_source))
         log.info("%d labels, %d workers, %d classes", merged.rows, enc.n_workers, enc.n_classes)
@@ -384,27 +404,33 @@ def prepare_spark(
         if gold is not None:
             gold_counts, input_warnings = _gold_counts(merged, gold, enc.classes, config)
             counts.update(gold_counts)
+        if spill_to is None:
+            blocks = remapped_blocks(cached, enc)
+        else:
+            blocks = handle_rdd(spark.sparkContext, remapped_handles(partitions, enc))
         engine = SparkEngine(
-            remapped_blocks(cached, enc),
+            blocks,
             checkpoint_interval=config.spark.checkpoint_interval,
             session_sweeps=config.spark.session_sweeps,
             tree_depth=config.spark.tree_depth,
             inject_task_failure=inject_task_failure,
             resident_blocks=config.spark.resident_blocks,
             sweep_mode=config.spark.sweep_mode,
+            spilled=spill_to,
         )
     except BaseException:
         labels.unpersist()
-        if cached is not None:
-            cached.unpersist()
+        _unpersist(cached)
+        if spill_to is not None:
+            remove_spill_directory(spill_to[0])
         raise
     try:
         engine.materialize()
     except BaseException:
         engine.close()
-        cached.unpersist()
+        _unpersist(cached)
         raise
-    cached.unpersist()
+    _unpersist(cached)
     timer.lap("blocks")
     inputs = {"labels": labels_source, "gold": gold_source, "label_rows": merged.rows}
     if days is not None:
