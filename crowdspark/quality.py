@@ -39,6 +39,7 @@ import numpy as np
 from scipy.special import betainc, betaln, expit
 
 from crowdspark.block import Block
+from crowdspark.models.base import ItemResult
 from crowdspark.models.common import vote_counts
 from crowdspark.stats import Stats
 
@@ -55,6 +56,8 @@ __all__ = [
     "spammer_probability",
     "average_confusion",
     "expected_error_reduction",
+    "quality_block_stats",
+    "with_item_quality",
     "margin",
 ]
 
@@ -320,3 +323,17 @@ def margin(posterior: np.ndarray) -> np.ndarray:
     """
     top = np.partition(posterior, posterior.shape[1] - 2, axis=1)[:, -2:]
     return top[:, 1] - top[:, 0]
+
+
+def quality_block_stats(block: Block, result: ItemResult, n_workers: int, n_bins: int) -> Stats:
+    """The quality statistics of one block from its final results: agreement (:func:`agreement_stats`) and the
+    reliability table over its held-out gold (:func:`calibration_stats`)."""
+    n_classes = result.posterior.shape[1]
+    return {**agreement_stats(block, result.label, n_workers, n_classes),
+            **calibration_stats(block, result.posterior, result.label, n_bins)}
+
+
+def with_item_quality(result: ItemResult, block: Block, confusion: np.ndarray) -> ItemResult:
+    """``result`` with the per-item quality columns (:data:`crowdspark.quality.ITEM_COLUMNS`) in its extras."""
+    extra = {**result.extra, **item_quality(block, result.posterior, result.label, confusion)}
+    return ItemResult(result.posterior, result.label, extra)

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from crowdspark.io.paths import is_local
 from crowdspark.models.base import ItemResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "to_jsonable",
@@ -101,6 +103,8 @@ def item_frame(item_ids: np.ndarray, result: ItemResult, classes: list[str] | tu
 
 def worker_frame(workers: tuple[str, ...], table: dict[str, np.ndarray]) -> pd.DataFrame:
     """The worker table (columns of length K) as a DataFrame; nested arrays become nested lists."""
+    import pandas as pd
+
     data: dict[str, Any] = {"worker": np.asarray(workers, dtype=object)}
     for name, values in table.items():
         values = np.asarray(values)
@@ -164,6 +168,7 @@ def write_table(table, directory: str, fmt: str, spark: Any = None, extras: dict
     pyarrow table (Parquet only) to a local directory with pyarrow (one file); a Spark table is written by
     Spark.
     """
+    import pandas as pd
     import pyarrow as pa
 
     if isinstance(table, pa.Table) and fmt == "parquet" and is_local(directory):

@@ -29,9 +29,9 @@ from crowdspark.io.spark_reader import SparkLabels, prepare_labels_spark
 from crowdspark.io.tables import item_frame, item_schema
 from crowdspark.ml.params import SOURCE, UNKNOWN_WORKER_CHOICES, CrowdParams
 from crowdspark.ml.persistence import ModelReader, ModelWriter
-from crowdspark.pipeline.quality import relabel_queue, with_item_quality, worker_confusions
+from crowdspark.pipeline.quality import relabel_queue, worker_confusions
 from crowdspark.models.base import Model as Kernel
-from crowdspark.quality import ITEM_COLUMNS, average_confusion
+from crowdspark.quality import ITEM_COLUMNS, average_confusion, with_item_quality
 from crowdspark.validation import check_choice
 
 __all__ = ["CrowdAggregatorModel", "score_labels"]

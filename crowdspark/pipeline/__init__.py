@@ -10,14 +10,28 @@ Local, small-input and Spark runs differ only in their source, their engine and 
 written; the engine hands back item results the same way (``Engine.items``).
 """
 
-from crowdspark.pipeline.fit import Fitted, RunOptions
-from crowdspark.pipeline.run import (
-    RunResult,
-    aggregate,
-    aggregate_frames,
-    fit_frames,
-    preflight,
-)
-from crowdspark.pipeline.source import needs_spark
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = ["Fitted", "RunOptions", "RunResult", "aggregate", "aggregate_frames", "fit_frames", "needs_spark", "preflight"]
+
+#: where each public name lives; imported on first use, so that a Spark task unpickling one of this package's
+#: block functions (:mod:`crowdspark.pipeline.tasks`) does not import the whole run (pandas, every model)
+_HOMES = {
+    "Fitted": "fit", "RunOptions": "fit", "RunResult": "run", "aggregate": "run", "aggregate_frames": "run",
+    "fit_frames": "run", "preflight": "run", "needs_spark": "source",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

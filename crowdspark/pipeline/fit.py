@@ -9,11 +9,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from crowdspark import __version__
-from crowdspark.block import Block
 from crowdspark.config import RunConfig
 from crowdspark.engine.base import Engine
 from crowdspark.engine.checkpoint import Checkpointer
@@ -24,21 +22,15 @@ from crowdspark.errors import RUN_COLD, ConfigError, IncompatibleModelError
 from crowdspark.faces import setting
 from crowdspark.io.rules import Encoding
 from crowdspark.io.saved_model import SavedModel, worker_index_map
-from crowdspark.io.tables import item_batch, item_schema, worker_frame
+from crowdspark.io.tables import item_schema, worker_frame
 from crowdspark.io.worker_table import WorkerTable
-from crowdspark.metrics import gold_stats, level_error_stats, metrics_from_stats
-from crowdspark.models.base import ItemResult, LevelModel, Model, State, no_worker_start
+from crowdspark.metrics import metrics_from_stats
+from crowdspark.models.base import Model, no_worker_start
 from crowdspark.models.registry import build_model, model_class, model_parameters
 from crowdspark.pipeline.prepare import Prepared
-from crowdspark.pipeline.quality import (
-    quality_block_stats,
-    quality_on,
-    quality_summary,
-    with_item_quality,
-    worker_confusions,
-    worker_quality,
-)
+from crowdspark.pipeline.quality import quality_on, quality_summary, worker_confusions, worker_quality
 from crowdspark.pipeline.summary import gold_split_report, run_summary
+from crowdspark.pipeline.tasks import block_item_batch, evaluate_block, finish_with_quality
 from crowdspark.quality import ITEM_COLUMNS, average_confusion
 from crowdspark.stats import Stats
 
@@ -75,21 +67,10 @@ class RunOptions:
     carried: Stats | None = None
 
 
-def _evaluate_block(model: Model, quality_bins: int, block: Block, state: State,
-                    params: Any) -> tuple[State, Stats]:
-    result = model.finish_block(block, state, params)
-    stats = gold_stats(block, result.posterior, result.label)
-    if isinstance(model, LevelModel) and "level" in result.extra:
-        stats.update(level_error_stats(block, result.extra["level"], model.n_levels))
-    if quality_bins:
-        stats.update(quality_block_stats(block, result, model.n_workers, quality_bins))
-    return state, stats
-
-
 def evaluate_stats(model: Model, engine: Engine, params: Any, quality_bins: int = 0) -> Stats:
     """The summed gold statistics and, with ``quality_bins`` (the reliability table's bins), the quality
-    statistics (:func:`crowdspark.pipeline.quality.quality_block_stats`) of every block, in one pass."""
-    return engine.map_reduce(partial(_evaluate_block, model, quality_bins), params, stateful=False)
+    statistics (:func:`crowdspark.quality.quality_block_stats`) of every block, in one pass."""
+    return engine.map_reduce(partial(evaluate_block, model, quality_bins), params, stateful=False)
 
 
 def evaluate(model: Model, engine: Engine, params: Any) -> dict[str, Any]:
@@ -292,7 +273,7 @@ class Fitted:
     summary : dict
         ``summary.json``, without the write phase.
     quality : Stats, optional
-        The summed quality statistics (:func:`crowdspark.pipeline.quality.quality_block_stats`); ``None`` when
+        The summed quality statistics (:func:`crowdspark.quality.quality_block_stats`); ``None`` when
         the run computes no quality signals.
     spammer_threshold : float
         ``quality.spammer_threshold``.
@@ -323,12 +304,12 @@ class Fitted:
         """The item table: a pyarrow Table from the local engine, a lazy Spark DataFrame from the Spark engine
         (valid until :meth:`close`)."""
         extras = self.item_extras
-        to_batch = partial(_item_batch, classes=self.encoding.classes, extras=extras)
+        to_batch = partial(block_item_batch, classes=self.encoding.classes, extras=extras)
         fn = partial(finish_fn, self.model)
         if self.quality is not None:
             table = self.model.worker_table(self.params, self.result.init_stats)
             confusion, _ = worker_confusions(table, self.encoding.n_classes)
-            fn = partial(_finish_with_quality, self.model, average_confusion(confusion, table["n_labels"]))
+            fn = partial(finish_with_quality, self.model, average_confusion(confusion, table["n_labels"]))
         if isinstance(self.prepared.engine, LocalEngine):
             return self.prepared.engine.item_table(fn, self.params, to_batch)
         return self.prepared.engine.items(fn, self.params, to_batch, item_schema(extras))
@@ -347,15 +328,6 @@ class Fitted:
 
     def close(self) -> None:
         self.prepared.engine.close()
-
-
-def _finish_with_quality(model: Model, confusion: np.ndarray, block: Block, state: State,
-                         params: Any) -> ItemResult:
-    return with_item_quality(model.finish_block(block, state, params), block, confusion)
-
-
-def _item_batch(block: Block, result, classes: tuple[str, ...], extras: dict[str, str]):
-    return item_batch(block.item_ids, result, classes, extras)
 
 
 def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | None = None) -> Fitted:

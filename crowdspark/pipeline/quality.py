@@ -13,17 +13,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from crowdspark.block import Block
 from crowdspark.config import RunConfig
 from crowdspark.io.worker_table import one_coin_confusion
-from crowdspark.models.base import ItemResult
 from crowdspark.quality import (
-    agreement_stats,
     alpha_from_stats,
     calibration_from_stats,
-    calibration_stats,
     class_agreement_from_stats,
-    item_quality,
     spammer_probability,
     spammer_score,
 )
@@ -34,11 +29,9 @@ __all__ = [
     "RELABEL_SCHEMA",
     "RELABEL_ORDER",
     "quality_on",
-    "quality_block_stats",
     "worker_confusions",
     "worker_quality",
     "quality_summary",
-    "with_item_quality",
     "relabel_queue",
 ]
 
@@ -55,14 +48,6 @@ def quality_on(config: RunConfig) -> bool:
     """Whether the run computes its quality signals: ``quality.enabled``, and not an incremental night (whose
     tables merge carried items written without them; docs/decisions.md, "Quality statistics")."""
     return config.quality.enabled and config.incremental.mode == "off"
-
-
-def quality_block_stats(block: Block, result: ItemResult, n_workers: int, n_bins: int) -> Stats:
-    """The quality statistics of one block from its final results: agreement (:func:`agreement_stats`) and the
-    reliability table over its held-out gold (:func:`calibration_stats`)."""
-    n_classes = result.posterior.shape[1]
-    return {**agreement_stats(block, result.label, n_workers, n_classes),
-            **calibration_stats(block, result.posterior, result.label, n_bins)}
 
 
 def worker_confusions(table: dict[str, np.ndarray], n_classes: int) -> tuple[np.ndarray, str]:
@@ -123,12 +108,6 @@ def quality_summary(stats: Stats, workers: dict[str, np.ndarray], classes: tuple
     if has_gold:
         out["calibration"] = calibration_from_stats(stats)
     return out
-
-
-def with_item_quality(result: ItemResult, block: Block, confusion: np.ndarray) -> ItemResult:
-    """``result`` with the per-item quality columns (:data:`crowdspark.quality.ITEM_COLUMNS`) in its extras."""
-    extra = {**result.extra, **item_quality(block, result.posterior, result.label, confusion)}
-    return ItemResult(result.posterior, result.label, extra)
 
 
 def relabel_queue(items: Any, budget: int) -> Any:
