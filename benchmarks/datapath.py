@@ -12,8 +12,8 @@ Every run is a fresh process on the same synthetic Dawid-Skene Parquet file (``b
 - ``local``: ``python -m crowdspark aggregate --engine local``;
 - ``crowd-kit``: its ``DawidSkene`` in a pandas process (``benchmarks.crowdkit_compare``), when installed.
 
-Each tree runs with its own ``.venv``.  The runs alternate (this tree, the other, ...) ``--repeats`` times, so a
-change of the machine's load hits both; the table gives medians, wall time and peak RSS of the run's largest
+Each tree runs with its own ``.venv``.  The runs alternate (this tree, the other; the other, this tree; ...)
+``--repeats`` times, so a change of the machine's load, and going first, hit both; the table gives medians, wall time and peak RSS of the run's largest
 process, the Python driver's own peak RSS (``summary.json``'s ``memory``) and the phases of ``summary.json``.
 ``--skip-local`` leaves out the local engine (at 100M labels).
 """
@@ -38,6 +38,12 @@ _PHASES = ("read", "validate", "blocks", "fit", "evaluate", "tables", "write")
 
 def _ds_settings(iterations: int) -> list[str]:
     return ["--algorithm", "ds", "--set", f"ds.max_iter={iterations}", "--set", "ds.tol=0", "--quiet"]
+
+
+def _order(names: list[str], repeat: int) -> list[str]:
+    """The trees' order in repeat ``repeat``: reversed every other repeat, since the tree that runs first in a
+    pair can be several percent slower or faster for that alone (BENCHMARKS.md, "The block functions ...")."""
+    return names if repeat % 2 == 0 else names[::-1]
 
 
 def command(tree: Path, engine: str, labels: str, iterations: int, output: str, driver_memory: str) -> list[str]:
@@ -112,9 +118,9 @@ def main() -> None:
     engines = ["spark"] if args.skip_local else ["spark", "local"]
     load_before = _uptime()
     runs: dict[tuple[str, str], list[dict]] = {(t, e): [] for t in trees for e in engines}
-    for _ in range(args.repeats):
+    for repeat in range(args.repeats):
         for engine in engines:
-            for tree in trees:
+            for tree in _order(list(trees), repeat):
                 result = run(trees[tree], engine, path, args.iterations, args.driver_memory)
                 if "failed" in result:
                     print(f"{tree} {engine}: FAILED {result['failed']}", flush=True)
