@@ -14,7 +14,8 @@ Every run is a fresh process on the same synthetic Dawid-Skene Parquet file (``b
 
 Each tree runs with its own ``.venv``.  The runs alternate (this tree, the other; the other, this tree; ...)
 ``--repeats`` times, so a change of the machine's load, and going first, hit both; the table gives medians,
-wall time and peak RSS of the run's largest process, the Python driver's own peak RSS (``summary.json``'s ``memory``) and the phases of ``summary.json``.
+wall time and peak RSS of the run's largest process, the Python driver's own peak RSS (``summary.json``'s
+``memory``) and the phases of ``summary.json``.
 ``--skip-local`` leaves out the local engine (at 100M labels).
 """
 
