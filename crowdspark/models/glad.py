@@ -83,6 +83,17 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
+def _objective(stats: Stats, offset: np.ndarray, labels: np.ndarray) -> float:
+    """The objective per label: the summed log evidence with the difficulties' log priors, plus the abilities'
+    log prior (``offset``: each ``alpha`` minus its prior mean, (K,)), over the labels."""
+    return float((stats["log_evidence"] - 0.5 * np.sum(offset ** 2)) / max(labels.sum(), 1.0))
+
+
+def _accuracy(stats: Stats, labels: np.ndarray) -> np.ndarray:
+    """Each worker's expected share of right labels (K,), NaN without labels."""
+    return np.divide(stats["right"], labels, out=np.full(labels.shape, np.nan), where=labels > 0)
+
+
 @dataclass(frozen=True)
 class Glad(Model):
     """GLAD: each worker an ability, each item a difficulty; EM with Newton M-steps.
@@ -205,6 +216,15 @@ class Glad(Model):
         """Posterior over the true class (n, C) and the log evidence of each item (n,)."""
         return normalize_log(self._log_scores(block, *self._label_logs(block, alpha, beta)))
 
+    def _e_step(self, block: Block, alpha: np.ndarray,
+                beta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The E-step: the posterior (n, C), the block's log evidence plus the log prior of its ``beta`` (0-d),
+        and the label log probabilities of :meth:`_label_logs` (m,) it used."""
+        log_right, log_wrong = self._label_logs(block, alpha, beta)
+        posterior, log_evidence = normalize_log(self._log_scores(block, log_right, log_wrong))
+        log_prior = -0.5 * np.sum((beta - self.beta_prior_mean) ** 2)
+        return posterior, np.array(log_evidence.sum() + log_prior), log_right, log_wrong
+
     def _crowdkit_terms(self, block: Block, posterior: np.ndarray, beta: np.ndarray, log_right: np.ndarray,
                         log_wrong: np.ndarray) -> float:
         """The block's part of crowd-kit's objective (before the division by m C): the expected complete
@@ -247,11 +267,9 @@ class Glad(Model):
         alpha, beta = params["alpha"], self._beta(block, state)
         if not self._e_sweep(sweep):
             return self._m_pass(block, alpha, beta, state["q"], sweep)
-        log_right, log_wrong = self._label_logs(block, alpha, beta)
-        posterior, log_evidence = normalize_log(self._log_scores(block, log_right, log_wrong))
-        log_prior = -0.5 * np.sum((beta - self.beta_prior_mean) ** 2)
+        posterior, log_evidence, log_right, log_wrong = self._e_step(block, alpha, beta)
         new_state, stats = self._m_pass(block, alpha, beta, posterior, sweep)
-        stats["log_evidence"] = np.array(log_evidence.sum() + log_prior)
+        stats["log_evidence"] = log_evidence
         if self.stop == "crowd-kit":
             kept = None if state is None else state.get("q")
             terms = 0.0 if kept is None else self._crowdkit_terms(block, kept, beta, log_right, log_wrong)
@@ -272,10 +290,7 @@ class Glad(Model):
             gradient, direction = trial_gradient, -trial_gradient + coef * direction
         alpha, stats = params["alpha"], {}
         if params["e_step"]:
-            log_right, log_wrong = self._label_logs(block, alpha, beta)
-            posterior, log_evidence = normalize_log(self._log_scores(block, log_right, log_wrong))
-            log_prior = -0.5 * np.sum((beta - self.beta_prior_mean) ** 2)
-            stats["log_evidence"] = np.array(log_evidence.sum() + log_prior)
+            posterior, stats["log_evidence"], _, _ = self._e_step(block, alpha, beta)
         else:
             posterior = state["q"]
         point = beta + params["trial"] * direction if params["trial"] else beta
@@ -307,8 +322,8 @@ class Glad(Model):
         new = {**params, "commit": None}
         if "log_evidence" in stats:  # a new EM iteration: its E-step, and its M-step's start point
             new["em"] = params.get("em", 0) + 1
-            new["objective"] = float((stats["log_evidence"] - 0.5 * np.sum(offset ** 2)) / max(labels.sum(), 1.0))
-            new["accuracy"] = np.divide(stats["right"], labels, out=np.full(labels.shape, np.nan), where=labels > 0)
+            new["objective"] = _objective(stats, offset, labels)
+            new["accuracy"] = _accuracy(stats, labels)
             search = cg_start(params["alpha"], f, sums, CG_GTOL, CG_STEPS)
         else:
             search = cg_after_trial(state_from_tree(params["search"]), sums)
@@ -345,11 +360,11 @@ class Glad(Model):
         offset = alpha - self.alpha_prior_mean
         step = (stats["grad"] - offset) / (stats["info"] + 1.0)
         new_alpha = alpha + np.clip(step, -_MAX_ALPHA_STEP, _MAX_ALPHA_STEP)
-        accuracy = np.divide(stats["right"], labels, out=np.full(labels.shape, np.nan), where=labels > 0)
+        accuracy = _accuracy(stats, labels)
         new = {"alpha": new_alpha, "labels": labels, "accuracy": accuracy}
         if "log_evidence" not in stats:  # a later pass of the M-step: the EM iteration goes on
             return Update(params={**params, **new, "sweep": sweep}, objective=params["objective"], change=math.inf)
-        objective = float((stats["log_evidence"] - 0.5 * np.sum(offset ** 2)) / max(labels.sum(), 1.0))
+        objective = _objective(stats, offset, labels)
         if not self._keeps_posteriors:
             return Update(params=new, objective=objective)
         new.update(sweep=sweep, objective=objective)
