@@ -309,6 +309,11 @@ def static_choice(requested: str, master: str, conf) -> SweepChoice | None:
     return None
 
 
+def _new_engine_id() -> str:
+    """A new engine's id (16 hex digits): it names the engine's spill folder and its blocks' handles."""
+    return uuid.uuid4().hex[:16]
+
+
 def _spill_root(sc) -> str:
     """Where resident spill folders go: the first ``spark.local.dir``, else the temporary folder."""
     return sc.getConf().get("spark.local.dir", tempfile.gettempdir()).split(",")[0]
@@ -329,7 +334,7 @@ def spill_target(sc, resident_blocks: str) -> tuple[str, str] | None:
     driver's disk)."""
     if not sc.master.startswith("local") or resident_blocks == "off":
         return None
-    engine_id = uuid.uuid4().hex[:16]
+    engine_id = _new_engine_id()
     return _new_spill_directory(sc, engine_id), engine_id
 
 
@@ -394,7 +399,7 @@ class SparkEngine(Engine):
         self.session_sweeps = session_sweeps
         self.tree_depth = tree_depth
         self.inject_task_failure = inject_task_failure
-        self.engine_id = uuid.uuid4().hex[:16] if spilled is None else spilled[1]
+        self.engine_id = _new_engine_id() if spilled is None else spilled[1]
         self.local = self.sc.master.startswith("local")
         self.resident = spilled is not None or resident_blocks == "on" or (resident_blocks == "auto" and self.local)
         self.sweep_mode = sweep_mode
@@ -404,15 +409,12 @@ class SparkEngine(Engine):
         self._in_fit = False
         self._sessions_run = 0
         self._session_restarts = 0
-        self._spill_dir = None
-        if spilled is not None:
-            self._spill_dir = spilled[0]
-            self._base = blocks.map(_with_empty_state).persist(self._storage)
-        elif self.resident:
+        self._spill_dir = None if spilled is None else spilled[0]
+        element = _with_empty_state  # blocks given as handles (``spilled``) or kept in Spark's cache
+        if spilled is None and self.resident:
             self._spill_dir = _new_spill_directory(self.sc, self.engine_id)
-            self._base = blocks.map(partial(_spilled, self._spill_dir, self.engine_id)).persist(self._storage)
-        else:
-            self._base = blocks.map(_with_empty_state).persist(self._storage)
+            element = partial(_spilled, self._spill_dir, self.engine_id)
+        self._base = blocks.map(element).persist(self._storage)
         self._current = self._base  # elements (tag, payload); blocks with their current state
         self._anchor = self._base  # the newest RDD whose lineage was truncated (or the base)
         self._uncheckpointed: list = []  # the newest cached sweep, if it is not the anchor
