@@ -15,14 +15,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["Fitted", "RunOptions", "RunResult", "aggregate", "aggregate_frames", "fit_frames", "needs_spark", "preflight"]
-
 #: where each public name lives; imported on first use, so that a Spark task unpickling one of this package's
 #: block functions (:mod:`crowdspark.pipeline.tasks`) does not import the whole run (pandas, every model)
 _HOMES = {
     "Fitted": "fit", "RunOptions": "fit", "RunResult": "run", "aggregate": "run", "aggregate_frames": "run",
     "fit_frames": "run", "preflight": "run", "needs_spark": "source",
 }
+
+__all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:
@@ -34,4 +34,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+    return sorted(set(globals()) | set(_HOMES))
