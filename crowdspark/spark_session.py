@@ -21,6 +21,12 @@ DEFAULT_SPARK_CONF = {
     # output): the label columns' hand-off is faster in fewer, larger batches (BENCHMARKS.md, "Kernel and
     # data-path choices").
     "spark.sql.execution.arrow.maxRecordsPerBatch": "200000",
+    # Spark keys its pools of Python workers by their environment, and this setting (on by default) is part of
+    # the environment of SQL's Python tasks only: off, the mapInArrow tasks (block building, item output) and
+    # the RDD tasks (sweeps, evaluation) share one daemon and its idle workers, so each executor starts its
+    # Python workers once per run instead of once per kind of task (docs/decisions.md, "One pool of Python
+    # workers").  Python errors in SQL tasks then carry their whole traceback.
+    "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
 }
 
 
