@@ -63,3 +63,13 @@ def test_nulls_get_the_null_key_and_long_or_other_types_are_not_packed() -> None
     assert packed_keys(pa.array(["short", "x" * (MAX_BYTES + 1)])) is None
     assert packed_keys(pa.array(["a", "b"]).dictionary_encode()) is None
     assert packed_keys(pa.array([1, 2])) is None
+
+
+def test_values_of_one_length_with_nulls_between_them() -> None:
+    values = ["ab", None, "cd", None, None, "ef", "gh", None]
+    for array in (pa.array(values), pa.array(values).slice(1, 6), pa.chunked_array([pa.array(values[:3]),
+                                                                                    pa.array(values[3:])])):
+        expected = values[1:7] if len(array) == 6 else values
+        dictionary, codes = sorted_codes(array)
+        assert dictionary.to_pylist() == _expected(expected)[0]
+        np.testing.assert_array_equal(codes, _expected(expected)[1])

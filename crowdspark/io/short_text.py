@@ -44,21 +44,25 @@ def _chunk_keys(chunk) -> np.ndarray | None:
     longest = int(length.max()) if len(length) else 0
     if longest > MAX_BYTES:
         return None
-    rows = len(chunk)
+    if chunk.null_count:
+        valid = np.flatnonzero(pc.is_valid(chunk).to_numpy(zero_copy_only=False))
+        start, length = start[valid], length[valid]
+    rows = len(start)
     packed = np.zeros((rows, 8), dtype=np.uint8)
-    if rows and longest and bool(np.all(length == longest)):
-        # one length: the values are consecutive slices of the data
-        first = int(start[0])
-        packed[:, :longest] = data[first : first + rows * longest].reshape(rows, longest)
+    if rows and longest and bool(np.all(length == longest)) and int(start[-1]) - int(start[0]) == (rows - 1) * longest:
+        # one length, values back to back (nulls are empty): the values are consecutive slices of the data
+        packed[:, :longest] = data[int(start[0]) : int(start[0]) + rows * longest].reshape(rows, longest)
     else:
         for j in range(longest):
             present = length > j
             packed[present, j] = data[start[present] + j]
     packed[:, 7] = length
     keys = packed.view(">u8").ravel().astype(np.uint64)
-    if chunk.null_count:
-        keys[~pc.is_valid(chunk).to_numpy(zero_copy_only=False)] = NULL_KEY
-    return keys
+    if not chunk.null_count:
+        return keys
+    with_nulls = np.full(len(chunk), NULL_KEY, dtype=np.uint64)
+    with_nulls[valid] = keys
+    return with_nulls
 
 
 def packed_keys(text) -> np.ndarray | None:
