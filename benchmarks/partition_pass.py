@@ -68,7 +68,8 @@ from crowdspark.io.rules import sorted_codes
 from crowdspark.rng import item_keys
 
 list(_partition_pass(iter(batches), 2_000_000, None))
-folder = tempfile.mkdtemp(prefix="crowdspark-blocks-bench-")
+spill_folder = tempfile.TemporaryDirectory(prefix="crowdspark-blocks-bench-")
+folder = spill_folder.name
 best = {}
 for _ in range(3):
     steps, clock = {}, time.process_time()
@@ -90,6 +91,7 @@ for _ in range(3):
         spill(folder, "bench", block)
     lap("spill")
     best = {k: min(v, best.get(k, v)) for k, v in steps.items()}
+spill_folder.cleanup()
 print(json.dumps(best))
 """
 
