@@ -2,6 +2,7 @@
 
     source scripts/env.sh
     .venv/bin/python -m benchmarks.partition_pass --labels 10000000 --old ../base --repeats 3
+    .venv/bin/python -m benchmarks.partition_pass --labels 10000000 --old ../base --steps
 
 One partition of the one-pass reader (:func:`crowdspark.io.spark_blocks._partition_pass`) as Spark hands it
 over: ``1 / --parts`` of the rows of the synthetic Dawid-Skene file (``benchmarks.common.ds_dataset``), in a
@@ -56,13 +57,60 @@ for row in rows:
 print(json.dumps({"cpu_s": cpu, "wall_s": wall, "rows": table.num_rows, "digest": digest.hexdigest()}))
 """
 
+# --steps: the pass's steps one by one on the same partition (after one whole pass, so imports are done),
+# process time of each, the minimum of 3 rounds
+_STEPS = _CHILD.split("cpu, wall = time.process_time()")[0] + r"""
+import tempfile
+import pyarrow.compute as pc
+from crowdspark.block import _sorted_rows, blocks_from_codes
+from crowdspark.engine.resident import spill
+from crowdspark.io.rules import sorted_codes
+from crowdspark.rng import item_keys
 
-def run(tree: Path, path: str, parts: int, gold: bool) -> dict:
-    """One pass of ``tree``'s code in a fresh process."""
+list(_partition_pass(iter(batches), 2_000_000, None))
+spill_folder = tempfile.TemporaryDirectory(prefix="crowdspark-blocks-bench-")
+folder = spill_folder.name
+best = {}
+for _ in range(3):
+    steps, clock = {}, time.process_time()
+    def lap(name):
+        global clock
+        now = time.process_time()
+        steps[name], clock = now - clock, now
+    table = pa.Table.from_batches(batches)
+    labels, label = sorted_codes(table["label"]); lap("label codes")
+    if gold:
+        truths, truth = sorted_codes(table["truth"]); lap("truth codes")
+    workers, worker = sorted_codes(table["worker"]); lap("worker codes")
+    items, codes = sorted_codes(table["item"]); lap("item codes")
+    uniques = items.to_numpy(zero_copy_only=False).astype(object); lap("item ids to Python strings")
+    _sorted_rows(codes, worker, label, len(uniques)); lap("sort of the rows (in blocks_from_codes)")
+    item_keys(uniques); lap("item keys (in blocks_from_codes)")
+    blocks = blocks_from_codes(codes, uniques, worker, label, None, 2_000_000, None); lap("blocks_from_codes, all of it")
+    for block in blocks:
+        spill(folder, "bench", block)
+    lap("spill")
+    best = {k: min(v, best.get(k, v)) for k, v in steps.items()}
+spill_folder.cleanup()
+print(json.dumps(best))
+"""
+
+
+def run(tree: Path, path: str, parts: int, gold: bool, child: str = _CHILD) -> dict:
+    """One pass of ``tree``'s code in a fresh process (``child``: :data:`_STEPS` times its steps)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, "-c", _CHILD, path, str(parts), "1" if gold else "0"], env=env, cwd=tree,
+    out = subprocess.run([sys.executable, "-c", child, path, str(parts), "1" if gold else "0"], env=env, cwd=tree,
                          check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def print_steps(trees: dict[str, Path], path: str, parts: int, gold: bool) -> None:
+    """The table of the pass's steps in each tree (process time, s)."""
+    steps = {name: run(tree, path, parts, gold, _STEPS) for name, tree in trees.items()}
+    print(f"| step | {' | '.join(steps)} |")
+    print(f"|---|{'---|' * len(steps)}")
+    for step in steps["new"]:
+        print(f"| {step} | {' | '.join(f'{s[step]:.3f}' for s in steps.values())} |")
 
 
 def main() -> None:
@@ -72,9 +120,15 @@ def main() -> None:
     parser.add_argument("--old", required=True, help="the other tree (with crowdspark/io/spark_blocks.py)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-gold", action="store_true")
+    parser.add_argument("--steps", action="store_true", help="time the pass's steps one by one instead")
     args = parser.parse_args()
     path = ds_dataset(None, args.labels)
     trees = {"new": ROOT, "old": Path(args.old).resolve()}
+    if args.steps:
+        print(f"load average before {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print_steps(trees, path, args.parts, not args.no_gold)
+        print(f"load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     runs: dict[str, list[dict]] = {name: [] for name in trees}
     for _ in range(args.repeats):

@@ -29,6 +29,7 @@ import numpy as np
 
 from crowdspark.errors import InputError
 from crowdspark.faces import display_key, setting
+from crowdspark.io.short_text import NULL_KEY, packed_keys, unpacked_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,6 +54,7 @@ __all__ = [
     "gold_outside_error",
     "gold_conflict_error",
     "sorted_codes",
+    "sorted_item_codes",
 ]
 
 
@@ -76,6 +78,9 @@ def sorted_codes(text) -> tuple[object, np.ndarray]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    keys = packed_keys(text)
+    if keys is not None:
+        return _sorted_key_codes(keys, text.type)
     if not pa.types.is_dictionary(text.type):
         text = pc.dictionary_encode(text)
     if isinstance(text, pa.ChunkedArray):
@@ -86,6 +91,31 @@ def sorted_codes(text) -> tuple[object, np.ndarray]:
     rank[order] = np.arange(len(order), dtype=np.int32)
     code_of_entry = np.append(rank[words.indices.to_numpy()], np.int32(-1))
     return words.dictionary.take(order), code_of_entry[pc.fill_null(text.indices, -1).to_numpy(zero_copy_only=False)]
+
+
+def sorted_item_codes(column) -> tuple[np.ndarray, np.ndarray]:
+    """Factorize an Arrow string column: per-row codes (int32 (m,)) into the sorted distinct ids (object
+    array (n,))."""
+    dictionary, codes = sorted_codes(column)
+    return codes, dictionary.to_numpy(zero_copy_only=False).astype(object)
+
+
+def _sorted_key_codes(keys: np.ndarray, arrow_type) -> tuple[object, np.ndarray]:
+    """:func:`sorted_codes` of short strings from their keys (:func:`crowdspark.io.short_text.packed_keys`,
+    uint64 (m,)): Arrow hashes the integers, and the distinct keys sort as their strings do."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    encoded = pc.dictionary_encode(pa.array(keys, type=pa.uint64()))
+    distinct = encoded.dictionary.to_numpy()
+    order = np.argsort(distinct)
+    if len(order) and distinct[order[-1]] == NULL_KEY:
+        order = order[:-1]
+    rank = np.full(len(distinct), -1, dtype=np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    return unpacked_text(distinct[order], arrow_type), rank[encoded.indices.to_numpy()]
+
+
 #: the class set a hint shows
 CLASSES_EXAMPLE = ["a", "b"]
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from crowdspark.block import Block, GoldSplit, _label_order, blocks_from_codes
 from crowdspark.engine.resident import BlockHandle, spill, write_remap
-from crowdspark.io.rules import MAX_CLASSES, Encoding, sorted_codes
+from crowdspark.io.rules import MAX_CLASSES, Encoding, sorted_codes, sorted_item_codes
 
 __all__ = ["PartitionSummary", "MergedSummary", "summarized_blocks", "collect_summaries", "merge_summaries",
            "remapped_blocks", "remap_block", "spilled_partitions", "remapped_handles", "handle_rdd"]
@@ -120,8 +120,6 @@ def _partition_pass(batches: Iterator, max_labels: int, split: GoldSplit | None,
     """
     import pyarrow as pa
 
-    from crowdspark.io.spark_reader import _sorted_item_codes
-
     batches = list(batches)
     if not batches:
         yield _row(PartitionSummary(rows=0, nulls=dict.fromkeys(_ROLES, 0)))
@@ -145,7 +143,7 @@ def _partition_pass(batches: Iterator, max_labels: int, split: GoldSplit | None,
         classes = _sorted_unique(pa.chunked_array([labels, truths]))
         label, truth = _recoded(label, labels, classes), _recoded(truth, truths, classes)
     workers, worker = sorted_codes(table["worker"])
-    codes, uniques = _sorted_item_codes(table["item"])
+    codes, uniques = sorted_item_codes(table["item"])
     del table
     blocks = blocks_from_codes(codes, uniques, worker, label, truth, max_labels=max_labels, split=split)
     gold_items = sum(int(np.count_nonzero(b.truth >= 0)) + int(np.count_nonzero(b.fixed >= 0)) for b in blocks)
@@ -182,8 +180,12 @@ def summarized_blocks(frame, n_partitions: int, max_labels: int, split: GoldSpli
 
 def _passed_rows(frame, n_partitions: int, max_labels: int, split: GoldSplit | None, spill_to: tuple[str, str] | None):
     """The pass's rows (:func:`_partition_pass`) after one shuffle by item, lazily."""
+    from pyspark.sql.types import BinaryType, ByteType, StructField, StructType
+
     fn = partial(_partition_pass, max_labels=max_labels, split=split, spill_to=spill_to)
-    return frame.repartition(n_partitions, "item").mapInArrow(fn, "kind byte, payload binary")
+    # a StructType, not the DDL string "kind byte, payload binary", which the JVM parses in a call of its own
+    schema = StructType([StructField("kind", ByteType()), StructField("payload", BinaryType())])
+    return frame.repartition(n_partitions, "item").mapInArrow(fn, schema)
 
 
 def spilled_partitions(frame, n_partitions: int, max_labels: int, split: GoldSplit | None,

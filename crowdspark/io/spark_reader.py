@@ -49,7 +49,8 @@ from crowdspark.io.rules import (
     json_line_error,
     missing_columns_error,
     null_error,
-    too_many_labels_error,    sorted_codes,
+    too_many_labels_error,
+    sorted_item_codes,
 )
 
 __all__ = [
@@ -436,12 +437,6 @@ def _codes(column, values: tuple[str, ...]) -> np.ndarray:
     return pc.fill_null(codes, -1).to_numpy(zero_copy_only=False).astype(np.int32)
 
 
-def _sorted_item_codes(column) -> tuple[np.ndarray, np.ndarray]:
-    """Factorize an Arrow string column: per-row codes into the sorted distinct ids (object array)."""
-    dictionary, codes = sorted_codes(column)
-    return codes, dictionary.to_numpy(zero_copy_only=False).astype(object)
-
-
 def _blocks_from_arrow(batches: Iterator, encoding: Encoding, max_labels: int, split=None) -> Iterator:
     """mapInArrow function: one partition's label rows -> pickled blocks (one row each).
 
@@ -462,7 +457,7 @@ def _blocks_from_arrow(batches: Iterator, encoding: Encoding, max_labels: int, s
     if (worker < 0).any() or (label < 0).any():
         raise InputError("internal encoding error: a worker or label is not in the run's encoding")
     truth = _codes(table["truth"], encoding.classes) if "truth" in table.column_names else None
-    codes, uniques = _sorted_item_codes(table["item"])
+    codes, uniques = sorted_item_codes(table["item"])
     del table, batches
     for block in blocks_from_codes(codes, uniques, worker, label, truth, max_labels=max_labels, split=split):
         yield pa.RecordBatch.from_pydict({"block": [pickle.dumps(block, protocol=5)]})
