@@ -36,8 +36,8 @@ __all__ = ["Prepared", "prepare_frames", "prepare_spark", "local_blocks", "defau
 
 log = logging.getLogger(__name__)
 
-#: labels per partition above which the default partition count grows (block building converts a whole
-#: partition to pandas; docs/decisions.md, "Partitions")
+#: labels per partition above which the default partition count grows (block building holds a whole partition in
+#: one Python worker: its Arrow columns, codes and blocks; docs/decisions.md, "Partitions")
 LABELS_PER_PARTITION = 4_000_000
 
 
