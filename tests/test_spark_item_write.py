@@ -100,7 +100,7 @@ def _fail_at(item: str, to_batch, block, result):
     return to_batch(block, result)
 
 
-def test_a_retried_task_replaces_its_file_and_only_local_outputs_are_written_here(spark, tmp_path):
+def test_a_retried_task_replaces_its_file_and_only_local_outputs_are_written_here(spark, tmp_path, monkeypatch):
     blocks, encoding = load_dataset("rte", max_labels=2000)
     assert len(blocks) >= 4
     engine = SparkEngine(spark.sparkContext.parallelize(blocks, 2))
@@ -115,6 +115,9 @@ def test_a_retried_task_replaces_its_file_and_only_local_outputs_are_written_her
         assert sorted(os.listdir(tmp_path / "items")) == ["part-00000.parquet", "part-00001.parquet"]
         expected = engine.items(fn, params, to_batch, schema).toPandas().sort_values("item").reset_index(drop=True)
         pd.testing.assert_frame_equal(_pandas(tmp_path / "items"), expected)
+        monkeypatch.chdir(tmp_path)  # a relative folder is the driver's
+        assert engine.write_items(fn, params, to_batch, schema, "relative/items") == rows
+        assert sorted(os.listdir(tmp_path / "relative" / "items")) == ["part-00000.parquet", "part-00001.parquet"]
         assert engine.write_items(fn, params, to_batch, schema, "hdfs://namenode/out/items") is None
         engine.local = False  # a cluster master: its executors do not share the driver's disk
         assert engine.write_items(fn, params, to_batch, schema, str(tmp_path / "cluster")) is None

@@ -22,6 +22,7 @@ Nothing item-level is collected: the driver sees statistics and parameters sized
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import tempfile
 import uuid
@@ -45,7 +46,7 @@ from crowdspark.engine.resident import (
 from crowdspark.engine.session import PROBE_SECONDS, InjectedTaskFailure, SessionError, SweepSession, probe
 from crowdspark.errors import ConfigError
 from crowdspark.io.datatree import tree_from_bytes, tree_to_bytes
-from crowdspark.io.paths import is_local
+from crowdspark.io.paths import is_local, strip_file_scheme
 from crowdspark.io.tables import remove_unfinished_parts, write_parquet_part
 from crowdspark.models.base import State
 from crowdspark.stats import Stats, add_stats
@@ -704,6 +705,7 @@ class SparkEngine(Engine):
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import DataType
 
+        directory = os.path.abspath(strip_file_scheme(directory))  # the driver's, whatever the tasks' working folder
         arrow = to_arrow_schema(DataType.fromDDL(schema))
         rows = sum(self._per_block(partial(_write_items_partition, fn, to_batch, directory, arrow), value).collect())
         removed = remove_unfinished_parts(directory)
