@@ -18,16 +18,11 @@ same in both.  Medians, minima and the ratio; the load average before and after.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import tempfile
 import time
 
-from benchmarks.common import ds_dataset, machine, median, spark_session
-
-
-def _uptime() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+from benchmarks.common import ds_dataset, load_average, machine, median, spark_session
 
 
 def main() -> None:
@@ -51,7 +46,7 @@ def main() -> None:
         "spark writer": lambda folder: write_table(fitted.items(), folder, "parquet", spark, fitted.item_extras),
     }
     seconds: dict[str, list[float]] = {name: [] for name in ways}
-    load_before = _uptime()
+    load_before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
             for name in (list(ways) if repeat % 2 == 0 else list(ways)[::-1]):
@@ -64,7 +59,7 @@ def main() -> None:
                 shutil.rmtree(folder)
     fitted.close()
     print(f"\n{args.labels:,} labels, {args.repeats} writes each, alternated; machine: {machine()}; load average "
-          f"before {load_before}, after {_uptime()}")
+          f"before {load_before}, after {load_average()}")
     print("| way | median (s) | min (s) |\n|---|---|---|")
     for name, values in seconds.items():
         print(f"| {name} | {median(values):.2f} | {min(values):.2f} |")
