@@ -152,7 +152,7 @@ def write_parquet_part(batches: Iterable[Any], directory: str, part: int, schema
     batches : iterable of pyarrow.RecordBatch
         The part's rows.
     directory : str
-        A local folder (``file:`` allowed), created if missing.
+        A local folder (``file://`` allowed), created if missing.
     part : int
         The part's number (a Spark partition index).
     schema : pyarrow.Schema
