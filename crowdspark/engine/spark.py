@@ -181,7 +181,8 @@ def _write_items_partition(fn: ItemFn, to_batch: ItemBatchFn, directory: str, sc
 
     context = TaskContext.get()
     batches = _item_batches(fn, to_batch, broadcast.value, elements)
-    yield write_parquet_part(batches, directory, context.partitionId(), schema, str(context.taskAttemptId()))
+    yield write_parquet_part(batches, directory, context.partitionId(), schema, str(context.taskAttemptId()),
+                             dictionary=("label",))
 
 
 def _decode_items(batches):

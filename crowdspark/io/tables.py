@@ -140,7 +140,8 @@ def write_frame_local(frame: pd.DataFrame, directory: str, fmt: str) -> None:
 _UNFINISHED = "_unfinished-"
 
 
-def write_parquet_part(batches: Iterable[Any], directory: str, part: int, schema: Any, attempt: str) -> int:
+def write_parquet_part(batches: Iterable[Any], directory: str, part: int, schema: Any, attempt: str,
+                       dictionary: tuple[str, ...] = ()) -> int:
     """Write ``batches`` as the one Parquet file ``part-<part>.parquet`` of the local folder ``directory``.
 
     The file is written under a temporary name of ``attempt`` (``_unfinished-...``, which readers skip) and
@@ -159,6 +160,9 @@ def write_parquet_part(batches: Iterable[Any], directory: str, part: int, schema
         The table's columns and types.
     attempt : str
         What identifies this attempt at the part (a Spark task attempt id).
+    dictionary : tuple of str
+        The columns to dictionary-encode: those with few distinct values (a class name).  Trying it on the
+        others (ids, doubles) costs more time than it saves space.
 
     Returns
     -------
@@ -174,7 +178,7 @@ def write_parquet_part(batches: Iterable[Any], directory: str, part: int, schema
     unfinished = os.path.join(directory, f"{_UNFINISHED}{part:05d}-{attempt}.parquet")
     rows = 0
     try:
-        with pq.ParquetWriter(unfinished, schema) as writer:
+        with pq.ParquetWriter(unfinished, schema, use_dictionary=list(dictionary)) as writer:
             for batch in batches:
                 writer.write_table(pa.Table.from_batches([batch]).cast(schema))
                 rows += batch.num_rows
