@@ -71,6 +71,11 @@ def timed_fit(model, engine) -> tuple[list[float], float]:
     return [h["seconds"] for h in result.history], time.perf_counter() - start
 
 
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as ``uptime`` prints them."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def median(values: list[float]) -> float:
     return float(np.median(values)) if values else float("nan")
 

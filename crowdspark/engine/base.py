@@ -54,6 +54,11 @@ class Engine:
         """
         raise NotImplementedError
 
+    def write_items(self, fn: ItemFn, value: Any, to_batch: ItemBatchFn, schema: str, directory: str) -> int | None:
+        """Write the item table (:meth:`items`) as Parquet into ``directory`` from where the blocks are, when
+        this engine can; returns the rows written, or ``None`` when it wrote nothing (write :meth:`items`)."""
+        return None
+
     def report(self) -> dict[str, Any]:
         """Entries of the run summary about how the engine ran (none by default)."""
         return {}

@@ -22,6 +22,7 @@ Nothing item-level is collected: the driver sees statistics and parameters sized
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import tempfile
 import uuid
@@ -45,6 +46,8 @@ from crowdspark.engine.resident import (
 from crowdspark.engine.session import PROBE_SECONDS, InjectedTaskFailure, SessionError, SweepSession, probe
 from crowdspark.errors import ConfigError
 from crowdspark.io.datatree import tree_from_bytes, tree_to_bytes
+from crowdspark.io.paths import is_local, strip_file_scheme
+from crowdspark.io.tables import remove_unfinished_parts, write_parquet_part
 from crowdspark.models.base import State
 from crowdspark.stats import Stats, add_stats
 
@@ -151,20 +154,35 @@ def _items_partition(fn: ItemFn, broadcast, elements: Iterator) -> Iterator[tupl
             yield (pickle.dumps((block, fn(block, state, value)), protocol=5),)
 
 
-def _item_batches_partition(fn: ItemFn, to_batch: ItemBatchFn, broadcast, elements: Iterator) -> Iterator[tuple[bytes]]:
-    """Each block's item batch (``to_batch`` of its results), as Arrow IPC stream bytes: the block's label
-    arrays stay where they are."""
-    import pyarrow as pa
-
-    value = broadcast.value
+def _item_batches(fn: ItemFn, to_batch: ItemBatchFn, value: Any, elements: Iterator) -> Iterator[Any]:
+    """Each block's item batch (``to_batch`` of its results), one block at a time."""
     for tag, (block, state) in elements:
         if tag == _BLOCK:
             block = resolve(block)
-            batch = to_batch(block, fn(block, state, value))
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, batch.schema) as writer:
-                writer.write_batch(batch)
-            yield (sink.getvalue().to_pybytes(),)
+            yield to_batch(block, fn(block, state, value))
+
+
+def _item_batches_partition(fn: ItemFn, to_batch: ItemBatchFn, broadcast, elements: Iterator) -> Iterator[tuple[bytes]]:
+    """Each block's item batch, as Arrow IPC stream bytes: the block's label arrays stay where they are."""
+    import pyarrow as pa
+
+    for batch in _item_batches(fn, to_batch, broadcast.value, elements):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        yield (sink.getvalue().to_pybytes(),)
+
+
+def _write_items_partition(fn: ItemFn, to_batch: ItemBatchFn, directory: str, schema, broadcast,
+                           elements: Iterator) -> Iterator[int]:
+    """The partition's item batches written as its one Parquet file of ``directory``
+    (:func:`~crowdspark.io.tables.write_parquet_part`, numbered by the partition); yields the rows written."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    batches = _item_batches(fn, to_batch, broadcast.value, elements)
+    yield write_parquet_part(batches, directory, context.partitionId(), schema, str(context.taskAttemptId()),
+                             dictionary=("label",))
 
 
 def _decode_items(batches):
@@ -668,6 +686,33 @@ class SparkEngine(Engine):
         spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
         batches = self._per_block(partial(_item_batches_partition, fn, to_batch), value)
         return spark.createDataFrame(batches, "blob binary").mapInArrow(_decode_items, schema)
+
+    def write_items(self, fn: ItemFn, value: Any, to_batch: ItemBatchFn, schema: str, directory: str) -> int | None:
+        """Write the item table (``schema``, Spark DDL) as Parquet into ``directory`` from the tasks that hold the
+        blocks, where the executors share the driver's filesystem (a local master) and ``directory`` is a local
+        path; ``None`` elsewhere (nothing written: the caller writes :meth:`items`).
+
+        One job: each task writes its partition's item batches with pyarrow into one file of ``directory``
+        (:func:`~crowdspark.io.tables.write_parquet_part`: a retried attempt replaces the file) and returns its
+        row count; no row passes through the JVM.
+
+        Returns
+        -------
+        int or None
+            Rows written.
+        """
+        if not (self.local and is_local(directory)):
+            return None
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import DataType
+
+        directory = os.path.abspath(strip_file_scheme(directory))  # the driver's, whatever the tasks' working folder
+        arrow = to_arrow_schema(DataType.fromDDL(schema))
+        rows = sum(self._per_block(partial(_write_items_partition, fn, to_batch, directory, arrow), value).collect())
+        removed = remove_unfinished_parts(directory)
+        if removed:
+            log.info("spark engine: removed %d unfinished item files of failed attempts", len(removed))
+        return rows
 
     def report(self) -> dict[str, Any]:
         """``sweep_mode`` (asked, chosen, why), ``sweep_sessions`` (:meth:`session_report`) and

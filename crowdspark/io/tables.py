@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from crowdspark.io.paths import is_local
+from crowdspark.io.paths import is_local, strip_file_scheme
 from crowdspark.models.base import ItemResult
 
 if TYPE_CHECKING:
@@ -29,6 +30,8 @@ __all__ = [
     "item_frame",
     "worker_frame",
     "write_frame_local",
+    "write_parquet_part",
+    "remove_unfinished_parts",
 ]
 
 
@@ -131,6 +134,73 @@ def write_frame_local(frame: pd.DataFrame, directory: str, fmt: str) -> None:
             if len(frame) and isinstance(frame[column].iloc[0], np.ndarray):
                 frame[column] = [v.tolist() for v in frame[column]]
         frame.to_parquet(os.path.join(directory, "part-00000.parquet"), index=False)
+
+
+#: how a Parquet file written by :func:`write_parquet_part` is named while it is being written (readers skip ``_``)
+_UNFINISHED = "_unfinished-"
+
+
+def write_parquet_part(batches: Iterable[Any], directory: str, part: int, schema: Any, attempt: str,
+                       dictionary: tuple[str, ...] = ()) -> int:
+    """Write ``batches`` as the one Parquet file ``part-<part>.parquet`` of the local folder ``directory``.
+
+    The file is written under a temporary name of ``attempt`` (``_unfinished-...``, which readers skip) and
+    renamed into place, so another attempt at the same part replaces it rather than adding a second copy.
+    Every batch is cast to ``schema`` (one row group per batch); a part with no batch is a file of no rows.
+
+    Parameters
+    ----------
+    batches : iterable of pyarrow.RecordBatch
+        The part's rows.
+    directory : str
+        A local folder (``file://`` allowed), created if missing.
+    part : int
+        The part's number (a Spark partition index).
+    schema : pyarrow.Schema
+        The table's columns and types.
+    attempt : str
+        What identifies this attempt at the part (a Spark task attempt id).
+    dictionary : tuple of str
+        The columns to dictionary-encode: those with few distinct values (a class name).  Trying it on the
+        others (ids, doubles) costs more time than it saves space.
+
+    Returns
+    -------
+    int
+        Rows written.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory = strip_file_scheme(directory)
+    os.makedirs(directory, exist_ok=True)
+    final = os.path.join(directory, f"part-{part:05d}.parquet")
+    unfinished = os.path.join(directory, f"{_UNFINISHED}{part:05d}-{attempt}.parquet")
+    rows = 0
+    try:
+        with pq.ParquetWriter(unfinished, schema, use_dictionary=list(dictionary)) as writer:
+            for batch in batches:
+                writer.write_table(pa.Table.from_batches([batch]).cast(schema))
+                rows += batch.num_rows
+        os.replace(unfinished, final)
+    except BaseException:
+        if os.path.exists(unfinished):
+            os.remove(unfinished)
+        raise
+    return rows
+
+
+def remove_unfinished_parts(directory: str) -> list[str]:
+    """Delete the temporary files :func:`write_parquet_part` left in ``directory`` (an attempt killed while
+    writing); returns their names."""
+    directory = strip_file_scheme(directory)
+    names = sorted(n for n in os.listdir(directory) if n.startswith(_UNFINISHED)) if os.path.isdir(directory) else []
+    for name in names:
+        try:
+            os.remove(os.path.join(directory, name))
+        except FileNotFoundError:  # its attempt was still finishing: it renamed or removed the file itself
+            pass
+    return names
 
 
 def item_schema(extras: dict[str, str]) -> str:

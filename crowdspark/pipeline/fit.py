@@ -13,7 +13,7 @@ import pandas as pd
 
 from crowdspark import __version__
 from crowdspark.config import RunConfig
-from crowdspark.engine.base import Engine
+from crowdspark.engine.base import Engine, ItemBatchFn, ItemFn
 from crowdspark.engine.checkpoint import Checkpointer
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import FitResult, WarmStart, finish_fn, fit
@@ -300,19 +300,29 @@ class Fitted:
         Spark SQL types: the model's extras, then the quality columns when the run computes them."""
         return {**self.model.item_extras, **(ITEM_COLUMNS if self.quality is not None else {})}
 
-    def items(self):
-        """The item table: a pyarrow Table from the local engine, a lazy Spark DataFrame from the Spark engine
-        (valid until :meth:`close`)."""
-        extras = self.item_extras
-        to_batch = partial(block_item_batch, classes=self.encoding.classes, extras=extras)
+    def _item_fns(self) -> tuple[ItemFn, ItemBatchFn]:
+        """The block functions of the item table: a block's final results, and their Arrow batch."""
+        to_batch = partial(block_item_batch, classes=self.encoding.classes, extras=self.item_extras)
         fn = partial(finish_fn, self.model)
         if self.quality is not None:
             table = self.model.worker_table(self.params, self.result.init_stats)
             confusion, _ = worker_confusions(table, self.encoding.n_classes)
             fn = partial(finish_with_quality, self.model, average_confusion(confusion, table["n_labels"]))
+        return fn, to_batch
+
+    def items(self):
+        """The item table: a pyarrow Table from the local engine, a lazy Spark DataFrame from the Spark engine
+        (valid until :meth:`close`)."""
+        fn, to_batch = self._item_fns()
         if isinstance(self.prepared.engine, LocalEngine):
             return self.prepared.engine.item_table(fn, self.params, to_batch)
-        return self.prepared.engine.items(fn, self.params, to_batch, item_schema(extras))
+        return self.prepared.engine.items(fn, self.params, to_batch, item_schema(self.item_extras))
+
+    def write_items(self, directory: str) -> int | None:
+        """Write :meth:`items` as Parquet into ``directory`` from where the blocks are, when the engine can
+        (:meth:`crowdspark.engine.base.Engine.write_items`); the rows written, or ``None`` (nothing written)."""
+        fn, to_batch = self._item_fns()
+        return self.prepared.engine.write_items(fn, self.params, to_batch, item_schema(self.item_extras), directory)
 
     def workers(self) -> pd.DataFrame:
         """The worker table (size K: it lives on the driver)."""

@@ -297,6 +297,11 @@ class Night(Fitted):
     def items(self):
         return self.item_table
 
+    def write_items(self, directory: str) -> int | None:
+        """A fitted night's item table is its fit's (:meth:`Fitted.write_items`); a night carried forward has
+        no blocks (``None``)."""
+        return None if self.prepared is None else super().write_items(directory)
+
     def workers(self) -> pd.DataFrame:
         return self.worker_table
 

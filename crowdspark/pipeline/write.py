@@ -33,16 +33,18 @@ def write_result(fitted: Fitted, items: Any, workers: pd.DataFrame, destination:
     """Write the run (its ``items`` and ``workers`` tables, :meth:`Fitted.items` and :meth:`Fitted.workers`) to
     ``destination`` and add the ``write`` phase to ``fitted.summary["timings"]``.
 
-    The item table is written by the engine that holds it (pandas from the local engine, Spark from the
-    Spark engine); the worker table (size K) from the driver, with pandas when the output is local (a Spark
-    DataFrame of it would ship the whole table inside one task; docs/decisions.md, "The worker table"), else
-    with Spark.  ``extra`` writes more entries into the staged result before ``summary.json`` (an incremental
+    The item table is written by the engine that holds it: as Parquet from the tasks that hold the blocks
+    where the engine can (:meth:`Fitted.write_items`: the Spark engine on a local master, to a local
+    output), else ``items`` (pandas from the local engine, Spark from the Spark engine); the worker table
+    (size K) from the driver, with pandas when the output is local (a Spark DataFrame of it would ship the
+    whole table inside one task; docs/decisions.md, "The worker table"), else with Spark.  ``extra`` writes more entries into the staged result before ``summary.json`` (an incremental
     night's item state).
     """
     start = time.perf_counter()
     fmt = config.output.format
     with StagedOutput(destination, spark) as out:
-        write_table(items, out.path("items"), fmt, spark, fitted.item_extras)
+        if fmt != "parquet" or fitted.write_items(out.path("items")) is None:
+            write_table(items, out.path("items"), fmt, spark, fitted.item_extras)
         write_table(workers, out.path("workers"), fmt, spark)
         if fitted.quality is not None:
             queue = relabel_queue(_written_items(items, out.path("items"), fmt), config.relabel.budget)
