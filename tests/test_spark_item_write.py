@@ -63,7 +63,7 @@ def test_tasks_write_the_table_spark_wrote_and_the_local_engine_writes(spark, tm
     with monkeypatch.context() as patch:  # today's path elsewhere: Spark's writer
         patch.setattr(SparkEngine, "write_items", lambda *args: None)
         old = _run(spark, "spark", tmp_path / "old", algorithm)
-    local = _run(None, "local", tmp_path / "local", algorithm)
+    _run(None, "local", tmp_path / "local", algorithm)
     names = sorted(os.listdir(tmp_path / "new" / "items"))
     assert names == [f"part-{p:05d}.parquet" for p in range(3)]
     a, b, c = (_pandas(tmp_path / name / "items") for name in ("new", "old", "local"))
