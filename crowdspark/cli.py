@@ -94,9 +94,8 @@ def configure_logging(debug: bool, quiet: bool) -> None:
     logging.captureWarnings(True)
 
 
-def run_aggregate(args: argparse.Namespace, spark=None, starting=None) -> dict:
-    """Run ``aggregate`` with parsed arguments; returns the summary.  Starts Spark only if needed (``starting``:
-    a :class:`~crowdspark.spark_session.SessionStart` already building the session to use then)."""
+def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
+    """Run ``aggregate`` with parsed arguments; returns the summary.  Starts Spark only if needed."""
     from crowdspark.config import load_config
     from crowdspark.io.runs import parse_as_of
     from crowdspark.pipeline import aggregate, needs_spark, preflight
@@ -114,7 +113,7 @@ def run_aggregate(args: argparse.Namespace, spark=None, starting=None) -> dict:
                                      args.warm_start or args.initial_workers):
         from crowdspark.spark_session import build_session
 
-        spark = starting.get() if starting is not None else build_session("crowdspark-aggregate", master=args.master)
+        spark = build_session("crowdspark-aggregate", master=args.master)
         own_session = True
     try:
         result = aggregate(
@@ -191,11 +190,9 @@ def _items(output: str, out: str | None) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``crowdspark`` console script."""
     from crowdspark.io.runs import run_directory
-    from crowdspark.spark_session import start_session
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    starting = start_session("crowdspark-aggregate", argv)  # under spark-submit: overlaps the imports below
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     debug = getattr(args, "debug", False)
     configure_logging(debug, getattr(args, "quiet", False))
@@ -220,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return EXIT_OK
             if args.command == "items":
                 return _items(args.output, args.out)
-            summary = run_aggregate(args, starting=starting)
+            summary = run_aggregate(args)
             destination = run_directory(args.output, args.run_id) if args.run_id else args.output
             page = _write_run_report(destination) if args.report else None
     except CrowdsparkError as exc:

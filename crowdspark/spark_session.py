@@ -6,7 +6,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-__all__ = ["build_session", "DEFAULT_SPARK_CONF", "SessionStart", "start_session"]
+__all__ = ["build_session", "DEFAULT_SPARK_CONF"]
 
 #: settings applied unless the caller, spark-submit's --conf or spark-defaults.conf sets them
 DEFAULT_SPARK_CONF = {
@@ -70,49 +70,3 @@ def build_session(app_name: str, master: str | None = None, conf: Mapping[str, s
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
-
-
-class SessionStart:
-    """A SparkSession being built in a background thread while the caller goes on (its imports, its checks).
-
-    Under ``spark-submit`` the JVM is already running, and building the session (the SparkContext, then
-    Spark SQL's session state) takes seconds in which the JVM works and the Python driver only waits; the
-    command line's own imports and checks take about a second more.  Starting the session first lets the
-    two overlap.  :meth:`get` waits for the session and raises what building it raised.
-    """
-
-    def __init__(self, app_name: str) -> None:
-        import importlib
-        import threading
-
-        importlib.import_module("pyspark.sql")  # here, so that the thread's imports do not race the caller's
-        self._outcome: dict[str, object] = {}
-        self._thread = threading.Thread(target=self._build, args=(app_name,), name="crowdspark-session-start",
-                                        daemon=True)
-        self._thread.start()
-
-    def _build(self, app_name: str) -> None:
-        try:
-            self._outcome["session"] = build_session(app_name)
-        except BaseException as exc:  # re-raised by get() in the caller's thread
-            self._outcome["error"] = exc
-
-    def get(self):
-        """The session, once built."""
-        self._thread.join()
-        if "error" in self._outcome:
-            raise self._outcome["error"]
-        return self._outcome["session"]
-
-
-def start_session(app_name: str, argv: list[str]) -> SessionStart | None:
-    """Start building the session of an ``aggregate`` command line ``argv`` now, when ``spark-submit`` launched
-    this process and the arguments do not choose the local engine or a master; else ``None`` (the command line
-    decides later whether it needs Spark at all, as it does when this returns ``None``)."""
-    if "PYSPARK_GATEWAY_PORT" not in os.environ or not argv or argv[0] != "aggregate":
-        return None
-    if any(arg == "--master" or arg.startswith("--master=") for arg in argv):
-        return None
-    if any(a == "--engine" and b == "local" for a, b in zip(argv, argv[1:])) or "--engine=local" in argv:
-        return None
-    return SessionStart(app_name)
