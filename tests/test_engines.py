@@ -387,3 +387,67 @@ def test_a_run_of_one_pass_models_on_a_cluster_never_probes_and_says_why(spark, 
     np.testing.assert_allclose(result.params["skill"], local.params["skill"], atol=1e-12)
     assert mode["requested"] == "session" and mode["chosen"] is None
     assert mode["reason"].startswith("no fit of this run sweeps (a one-pass model")
+
+
+def _evaluate_pass(engine, model, params):
+    from crowdspark.pipeline.fit import evaluate_stats
+
+    return evaluate_stats(model, engine, params, quality_bins=10)
+
+
+@pytest.mark.parametrize("algorithm", ["ds", "idbla-cvb0"])
+def test_a_held_session_serves_the_evaluation_and_ends_with_its_scope(spark, algorithm):
+    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.models.registry import build_model
+
+    frame = pd.read_csv(DATA / "rte" / "labels.csv", dtype=str)
+    blocks, enc = frames_to_blocks(frame, max_labels=700)
+    model = build_model(algorithm, {"max_iter": 4, "tol": 1e-12}, enc.n_workers, enc.n_classes, 3)
+    local_engine = LocalEngine(blocks)
+    with pytest.warns(UserWarning):  # not converged in 4 iterations
+        local = fit(model, local_engine)
+    expected = _evaluate_pass(local_engine, model, local.params)
+    engine = SparkEngine(spark.sparkContext.parallelize(blocks, 3), sweep_mode="session")
+    try:
+        with engine.sweeps_held():
+            with pytest.warns(UserWarning):
+                result = fit(model, engine)
+            held = engine._session is not None
+            stats = _evaluate_pass(engine, model, result.params)
+        report = engine.session_report()
+        assert engine._session is None
+        assert engine.n_partitions == spark.sparkContext.parallelize([1, 2, 3], 3).count()  # Spark is free again
+    finally:
+        engine.close()
+    # a stateless fit's session serves the evaluation; a stateful one's ends with the fit (its states become
+    # the cached RDD) and the evaluation is one plain job
+    assert held is (not model.stateful)
+    assert report["sessions"] == 1
+    assert stats.keys() == expected.keys()
+    for key in expected:
+        np.testing.assert_allclose(stats[key], expected[key], rtol=1e-12, atol=1e-12, err_msg=key)
+
+
+def _stage_names(spark, group, run):
+    """``run()`` and the names of the stages of the Spark jobs it started."""
+    sc = spark.sparkContext
+    sc.setJobGroup(group, group)
+    try:
+        result = run()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    tracker = sc.statusTracker()
+    stages = [s for j in tracker.getJobIdsForGroup(group) for s in tracker.getJobInfo(j).stageIds]
+    return result, [tracker.getStageInfo(s).name for s in stages if tracker.getStageInfo(s) is not None]
+
+
+def test_the_evaluation_of_a_run_shares_the_fits_session(spark, tmp_path):
+    labels, gold = str(DATA / "rte" / "labels.csv"), str(DATA / "rte" / "truth.csv")
+    summary, stages = _stage_names(spark, "evaluation", lambda: run_engine(spark, "spark", labels, gold,
+                                                                            tmp_path / "out", partitions=3))
+    local = run_engine(spark, "local", labels, gold, tmp_path / "local")
+    # gold metrics and quality statistics computed in the fit's session: no job, no tree reduction of their own
+    assert summary["sweep_sessions"] == {"enabled": True, "sessions": 1, "task_restarts": 0}
+    assert stages and not [name for name in stages if "treeAggregate" in name]
+    assert summary["metrics"] == pytest.approx(local["metrics"], abs=1e-12)
+    assert summary["quality"]["krippendorff_alpha"] == pytest.approx(local["quality"]["krippendorff_alpha"], abs=1e-12)

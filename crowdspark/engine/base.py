@@ -7,7 +7,8 @@ driver sends to every block (the global parameters), ``stats`` are additive (:mo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from crowdspark.block import Block
@@ -37,6 +38,12 @@ class Engine:
 
     def end_sweeps(self) -> None:
         """The fit's sweeps are over (always called after :meth:`begin_sweeps`, also on errors)."""
+
+    @contextmanager
+    def sweeps_held(self) -> Iterator[None]:
+        """A scope in which the stateless passes after a fit (its evaluation) may reuse what the fit's sweeps
+        set up; whatever is held is released when the scope ends.  Nothing to hold by default."""
+        yield
 
     def save_states(self, path: str) -> None:
         """Write every block's state under ``path`` (for checkpoints)."""

@@ -27,6 +27,7 @@ import pickle
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -425,6 +426,7 @@ class SparkEngine(Engine):
         self._warned_local_checkpoints = False
         self._session: SweepSession | None = None
         self._in_fit = False
+        self._hold = False
         self._sessions_run = 0
         self._session_restarts = 0
         self._spill_dir = None if spilled is None else spilled[0]
@@ -510,8 +512,28 @@ class SparkEngine(Engine):
         self._in_fit = self._in_fit or self.sessions
 
     def end_sweeps(self) -> None:
-        self._close_session()
+        """The fit's sweeps are over: its session ends, unless it is stateless and :meth:`sweeps_held` holds it
+        for the passes that follow."""
         self._in_fit = False
+        session = self._session
+        if session is None or session.stateful or not self._hold:
+            self._close_session()
+
+    @contextmanager
+    def sweeps_held(self) -> Iterator[None]:
+        """Within this scope a stateless sweep session outlives the fit's sweeps, and the stateless
+        :meth:`map_reduce` calls that follow (the evaluation) run in it: on the tasks whose Python workers
+        hold the blocks, with the statistics summed in the tasks (no job, no tree reduction, no block loaded
+        again).  Everything else that needs the cluster ends the session first (:meth:`_per_block`,
+        :meth:`save_states`, :meth:`load_states`), and the scope's end does.  Code inside the scope must not
+        start Spark jobs of its own: the session's tasks occupy every slot until it ends.
+        """
+        self._hold = True
+        try:
+            yield
+        finally:
+            self._hold = False
+            self._close_session()
 
     def _new_session(self, rdd, stateful: bool, inject_task_failure: int = 0) -> SweepSession:
         bind, host = session_addresses(self.sc.master, self.sc.getConf())
@@ -578,6 +600,11 @@ class SparkEngine(Engine):
         return {"enabled": self.sessions, "sessions": self._sessions_run, "task_restarts": self._session_restarts}
 
     def map_reduce(self, fn: BlockFn, value: Any, *, stateful: bool, sweep: int = 0) -> Stats:
+        if not self._in_fit and self._session is not None:  # a held session (:meth:`sweeps_held`)
+            if stateful:
+                self._close_session()
+            else:
+                return self._session.map_reduce(fn, value, sweep)
         if self._in_fit:
             session = self._session
             if session is not None and (

@@ -354,19 +354,22 @@ def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | No
         raise
     checkpoint = checkpointer_for(config, options, prepared.layout)
     try:
-        warm, warm_report = _warm_start(options, config, enc)
-        try:
-            model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, prepared.engine, warm,
-                                                      checkpoint, options.carried)
-        except IncompatibleModelError as exc:
-            if config.nightly.on_incompatible == "fail" or options.carried is not None:
-                raise  # an incremental fit without its warm start would lose the carried items
-            warm_report = _cold(warm_report, exc)
-            model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, prepared.engine, None,
-                                                      checkpoint)
-        prepared.timer.lap("fit")
-        bins = config.quality.calibration_bins if quality_on(config) else 0
-        stats = evaluate_stats(model, prepared.engine, result.params, bins) if prepared.has_gold or bins else None
+        # the evaluation runs in the fit's sweep session when it has one, where the blocks are
+        with prepared.engine.sweeps_held():
+            warm, warm_report = _warm_start(options, config, enc)
+            try:
+                model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, prepared.engine,
+                                                          warm, checkpoint, options.carried)
+            except IncompatibleModelError as exc:
+                if config.nightly.on_incompatible == "fail" or options.carried is not None:
+                    raise  # an incremental fit without its warm start would lose the carried items
+                warm_report = _cold(warm_report, exc)
+                model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, prepared.engine,
+                                                          None, checkpoint)
+            prepared.timer.lap("fit")
+            bins = config.quality.calibration_bins if quality_on(config) else 0
+            needed = prepared.has_gold or bins
+            stats = evaluate_stats(model, prepared.engine, result.params, bins) if needed else None
         metrics = metrics_from_stats(stats) if prepared.has_gold else None
         prepared.timer.lap("evaluate")
     except BaseException:
