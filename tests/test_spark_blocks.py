@@ -148,3 +148,30 @@ def test_the_footers_count_local_parquet_rows_and_anything_else_is_counted_by_sp
     selected = filtered_frame(raw, "label = '1'")
     assert _row_count(selected, selected, raw, False, "parquet") == selected.count() < len(frame)
     assert _row_count(raw, raw, raw, False, "parquet") == len(frame)
+
+
+@pytest.mark.spark
+def test_one_wave_reads_raise_the_split_size_only_when_nobody_set_it(spark, tmp_path):
+    from crowdspark.io.spark_blocks import LOCAL_MAX_SPLIT_BYTES, one_wave_reads
+
+    key = "spark.sql.files.maxPartitionBytes"
+    assert spark.conf.get(key) == "134217728b"  # Spark's default, as the session reports it
+    # four files of ~300 KB: with a 100 KB split Spark reads them in more tasks than cores
+    frame = pd.DataFrame({"item": [f"i{i:07d}" for i in range(40_000)], "worker": "w", "label": "a"})
+    for part in range(4):
+        frame.to_parquet(tmp_path / f"part-{part}.parquet")
+    spark.conf.set("spark.sql.files.openCostInBytes", "1")
+    try:
+        with one_wave_reads(spark):
+            assert spark.conf.get(key) == str(LOCAL_MAX_SPLIT_BYTES)
+            tasks = spark.read.parquet(str(tmp_path)).rdd.getNumPartitions()
+        assert spark.conf.get(key) == "134217728b"
+        assert tasks == spark.sparkContext.defaultParallelism
+        spark.conf.set(key, "100k")
+        with one_wave_reads(spark):  # the session's own value is kept
+            assert spark.conf.get(key) == "100k"
+            assert spark.read.parquet(str(tmp_path)).rdd.getNumPartitions() > spark.sparkContext.defaultParallelism
+        assert spark.conf.get(key) == "100k"
+    finally:
+        spark.conf.unset(key)
+        spark.conf.unset("spark.sql.files.openCostInBytes")

@@ -29,6 +29,7 @@ import os
 import pickle
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -43,6 +44,14 @@ __all__ = ["PartitionSummary", "MergedSummary", "summarized_blocks", "collect_su
            "remapped_blocks", "remap_block", "spilled_partitions", "remapped_handles", "handle_rdd"]
 
 _ROLES = ("item", "worker", "label")
+
+_SPLIT_SETTING = "spark.sql.files.maxPartitionBytes"
+
+#: Spark's default for :data:`_SPLIT_SETTING` as the session reports it when nobody set it
+_SPARK_DEFAULT_SPLIT = "134217728b"
+
+#: the largest input split of the pass on a local master (:func:`one_wave_reads`)
+LOCAL_MAX_SPLIT_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -188,12 +197,37 @@ def _passed_rows(frame, n_partitions: int, max_labels: int, split: GoldSplit | N
     return frame.repartition(n_partitions, "item").mapInArrow(fn, schema)
 
 
+@contextmanager
+def one_wave_reads(spark) -> Iterator[None]:
+    """On a local master, while the scope lasts (the pass is planned and run), files are read in one split
+    per core where Spark would cut more.
+
+    Spark cuts a file read into splits of ``min(spark.sql.files.maxPartitionBytes, input bytes per core)``:
+    with the default 128 MiB, two 168 MiB files on two cores become three tasks (128, 128 and 2 x 40 MiB),
+    and the last runs alone.  Raised to :data:`LOCAL_MAX_SPLIT_BYTES`, the split is the input's bytes per core,
+    one wave of equal tasks up to 1 GiB per core (docs/decisions.md, "One wave of reads on a local
+    master").  A value set in the session is kept, and so is the setting after the scope.
+    """
+    previous = spark.conf.get(_SPLIT_SETTING)
+    if previous != _SPARK_DEFAULT_SPLIT or not spark.sparkContext.master.startswith("local"):
+        yield
+        return
+    spark.conf.set(_SPLIT_SETTING, str(LOCAL_MAX_SPLIT_BYTES))
+    try:
+        yield
+    finally:
+        spark.conf.set(_SPLIT_SETTING, previous)
+
+
 def spilled_partitions(frame, n_partitions: int, max_labels: int, split: GoldSplit | None,
                        spill_to: tuple[str, str]) -> list[tuple[PartitionSummary, list[BlockHandle]]]:
     """Each partition's summary and the handles of its blocks, written to ``spill_to`` (a spill folder and
-    engine id on a disk every task can read), by one Spark job; arguments as :func:`summarized_blocks`."""
+    engine id on a disk every task can read), by one Spark job whose reads take one wave
+    (:func:`one_wave_reads`); arguments as :func:`summarized_blocks`."""
     partitions: list[tuple[PartitionSummary, list[BlockHandle]]] = []
-    for kind, payload in _passed_rows(frame, n_partitions, max_labels, split, spill_to).collect():
+    with one_wave_reads(frame.sparkSession):
+        rows = _passed_rows(frame, n_partitions, max_labels, split, spill_to).collect()
+    for kind, payload in rows:
         element = pickle.loads(payload)
         if kind == _SUMMARY:
             partitions.append((element, []))
