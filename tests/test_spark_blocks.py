@@ -175,3 +175,20 @@ def test_one_wave_reads_raise_the_split_size_only_when_nobody_set_it(spark, tmp_
     finally:
         spark.conf.unset(key)
         spark.conf.unset("spark.sql.files.openCostInBytes")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("tasks", [1, 2, 3, 9])
+def test_handles_are_dealt_as_a_session_regroups_them(spark, tasks):
+    from crowdspark.engine.resident import BlockHandle
+    from crowdspark.engine.spark import _regroup
+    from crowdspark.io.spark_blocks import handle_rdd
+
+    sizes = [3, 0, 2, 5, 1]
+    partitions = [[BlockHandle(f"e/{p}-{j}", f"/x/{p}-{j}.npz") for j in range(n)] for p, n in enumerate(sizes)]
+    dealt = handle_rdd(spark.sparkContext, partitions, tasks)
+    assert dealt.getNumPartitions() == min(tasks, len(sizes))
+    if tasks < len(sizes):  # what the session's shuffle makes of the pass's partitions, in the same order
+        regrouped = _regroup(spark.sparkContext.parallelize(partitions, len(sizes)).flatMap(lambda x: x), tasks)
+        assert dealt.glom().collect() == regrouped.glom().collect()
+    assert sorted(h.key for h in dealt.collect()) == sorted(h.key for part in partitions for h in part)

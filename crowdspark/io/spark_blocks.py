@@ -384,6 +384,16 @@ def _handles(partition: list[BlockHandle]) -> list[BlockHandle]:
     return partition
 
 
-def handle_rdd(sc, partitions: list[list[BlockHandle]]):
-    """The RDD of the handles, one partition per list (in order): the pass's partitions, lazily."""
-    return sc.parallelize(partitions, max(1, len(partitions))).flatMap(_handles)
+def handle_rdd(sc, partitions: list[list[BlockHandle]], tasks: int):
+    """The RDD of the handles in ``tasks`` partitions (fewer when there are fewer lists), lazily.
+
+    Handle j of list p goes to partition (p + j) % tasks, in list order: the grouping a sweep session of
+    ``tasks`` tasks makes of the pass's partitions (:func:`crowdspark.engine.spark._regroup`), made here on the
+    driver, where the handles are. The session then starts without a Spark job to regroup them.
+    """
+    tasks = max(1, min(tasks, len(partitions)))
+    dealt: list[list[BlockHandle]] = [[] for _ in range(tasks)]
+    for p, handles in enumerate(partitions):
+        for j, handle in enumerate(handles):
+            dealt[(p + j) % tasks].append(handle)
+    return sc.parallelize(dealt, tasks).flatMap(_handles)

@@ -407,7 +407,9 @@ def prepare_spark(
         if spill_to is None:
             blocks = remapped_blocks(cached, enc)
         else:
-            blocks = handle_rdd(spark.sparkContext, remapped_handles(partitions, enc))
+            # in the partitions a sweep session will have: one per slot of the local master
+            slots = spark.sparkContext.defaultParallelism
+            blocks = handle_rdd(spark.sparkContext, remapped_handles(partitions, enc), slots)
         engine = SparkEngine(
             blocks,
             checkpoint_interval=config.spark.checkpoint_interval,
@@ -425,7 +427,8 @@ def prepare_spark(
             remove_spill_directory(spill_to[0])
         raise
     try:
-        engine.materialize()
+        if spill_to is None:  # spilled blocks are built: their handles cost nothing to compute when first used
+            engine.materialize()
     except BaseException:
         engine.close()
         _unpersist(cached)
