@@ -74,9 +74,9 @@ ITEM_COLUMNS = {
 
 def entropy(shares: np.ndarray) -> np.ndarray:
     """Entropy in nats of each row of ``shares`` (n, C) whose rows sum to 1, shape (n,)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(shares > 0, shares * np.log(np.where(shares > 0, shares, 1.0)), 0.0)
-    return 0.0 - terms.sum(axis=1)  # 0.0, not -0.0, for a certain row
+    positive = shares > 0
+    logs = np.log(shares, out=np.zeros_like(shares, dtype=np.float64), where=positive)  # 0 where a share is 0
+    return 0.0 - (shares * logs).sum(axis=1)  # 0.0, not -0.0, for a certain row
 
 
 def item_quality(block: Block, posterior: np.ndarray, label: np.ndarray, confusion: np.ndarray) -> dict[str, Any]:
@@ -289,6 +289,19 @@ def average_confusion(confusion: np.ndarray, n_labels: np.ndarray) -> np.ndarray
     return np.einsum("k,kcy->cy", weights / weights.sum(), confusion)
 
 
+def _first_max(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores.argmax(axis=1), scores.max(axis=1))`` of (n, C) ``scores`` without NaN, a class column at a
+    time (the first of tied classes, as ``argmax``)."""
+    best = np.zeros(scores.shape[0], dtype=np.intp)
+    top = scores[:, 0].copy()
+    for c in range(1, scores.shape[1]):
+        column = scores[:, c]
+        better = column > top
+        best[better] = c
+        np.maximum(top, column, out=top)
+    return best, top
+
+
 def expected_error_reduction(posterior: np.ndarray, confusion: np.ndarray) -> np.ndarray:
     """How much one more label is expected to lower the chance that an item's inferred class is wrong.
 
@@ -303,10 +316,17 @@ def expected_error_reduction(posterior: np.ndarray, confusion: np.ndarray) -> np
     ndarray of float64, shape (n,)
         ``sum_y max_c p_c pi_cy - max_c p_c`` (>= 0; exactly 0 when no label can change the class).
     """
-    joint = posterior[:, :, None] * confusion[None, :, :]
-    best = posterior.argmax(axis=1)
-    # sum_y joint[best, y] = max_c p_c: written per y, the gain is exactly 0 when no label changes the class
-    return (joint.max(axis=1) - joint[np.arange(posterior.shape[0]), best]).sum(axis=1)
+    n, n_classes = posterior.shape
+    best, top = _first_max(posterior)
+    # sum_y p_best pi_best,y = max_c p_c: written per y, the gain is exactly 0 when no label changes the class;
+    # one class column at a time, without the (n, C, C) table of joint probabilities
+    gain = np.empty((n, n_classes))  # per item and label y, in C order: row sums in the order of the definition
+    for y in range(n_classes):
+        joint = posterior[:, 0] * confusion[0, y]
+        for c in range(1, n_classes):
+            np.maximum(joint, posterior[:, c] * confusion[c, y], out=joint)
+        gain[:, y] = joint - top * confusion[best, y]
+    return gain.sum(axis=1)
 
 
 def margin(posterior: np.ndarray) -> np.ndarray:
@@ -321,8 +341,13 @@ def margin(posterior: np.ndarray) -> np.ndarray:
     ndarray of float64, shape (n,)
         In [0, 1]; ``2 max_c p_c - 1`` for two classes.
     """
-    top = np.partition(posterior, posterior.shape[1] - 2, axis=1)[:, -2:]
-    return top[:, 1] - top[:, 0]
+    first = np.maximum(posterior[:, 0], posterior[:, 1])
+    second = np.minimum(posterior[:, 0], posterior[:, 1])
+    for c in range(2, posterior.shape[1]):
+        column = posterior[:, c]
+        np.maximum(second, np.minimum(first, column), out=second)
+        np.maximum(first, column, out=first)
+    return first - second
 
 
 def quality_block_stats(block: Block, result: ItemResult, n_workers: int, n_bins: int) -> Stats:

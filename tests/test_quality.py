@@ -325,3 +325,35 @@ def test_every_algorithm_reports_quality_and_calibration(algorithm):
     assert 0 <= quality["calibration"]["ece"] <= 1
     assert set(ITEM_COLUMNS) <= set(run.items.columns) and (run.items["relabel_gain"] >= 0).all()
     assert len(run.workers) == run.summary["counts"]["workers"] and run.workers["spammer"].dtype == bool
+
+
+def _reference_entropy(shares):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(shares > 0, shares * np.log(np.where(shares > 0, shares, 1.0)), 0.0)
+    return 0.0 - terms.sum(axis=1)
+
+
+def _reference_gain(posterior, confusion):
+    joint = posterior[:, :, None] * confusion[None, :, :]
+    best = posterior.argmax(axis=1)
+    return (joint.max(axis=1) - joint[np.arange(posterior.shape[0]), best]).sum(axis=1)
+
+
+@pytest.mark.parametrize("n_classes", [2, 3, 5, 9])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_item_columns_equal_their_definitions_bit_for_bit(n_classes, order):
+    from crowdspark.quality import entropy, expected_error_reduction, margin
+
+    rng = np.random.default_rng(n_classes)
+    posterior = rng.dirichlet(np.full(n_classes, 0.3), 2000)
+    posterior[:40] = np.eye(n_classes)[rng.integers(0, n_classes, 40)]  # certain items: shares of 0 and 1
+    posterior[40:60] = 1.0 / n_classes  # every class tied
+    posterior[60:80, :2] = posterior[60:80, :2].sum(axis=1, keepdims=True) / 2  # two classes tied
+    posterior = np.asarray(posterior, order=order)
+    confusion = rng.dirichlet(np.ones(n_classes), n_classes)
+    np.testing.assert_array_equal(entropy(posterior), _reference_entropy(posterior))
+    assert not np.signbit(entropy(posterior)).any()
+    np.testing.assert_array_equal(expected_error_reduction(posterior, confusion), _reference_gain(posterior, confusion))
+    assert (expected_error_reduction(posterior, confusion)[:40] == 0).all()
+    top2 = np.sort(posterior, axis=1)[:, -2:]
+    np.testing.assert_array_equal(margin(posterior), top2[:, 1] - top2[:, 0])
