@@ -102,6 +102,25 @@ def test_an_output_beside_the_input_files_is_fine(tmp_path):
     assert run_cli(tmp_path / "results", labels=tmp_path / "lake" / "*.csv") == 0
 
 
+@pytest.mark.parametrize("engine, form", [
+    ("local", "file:{}"), ("local", "file://{}"), ("local", "file://localhost{}"),  # Hadoop refuses the last
+    pytest.param("spark", "file:{}", marks=pytest.mark.spark),
+    pytest.param("spark", "file://{}", marks=pytest.mark.spark),
+])
+def test_every_local_uri_form_of_the_output_is_the_same_folder(tmp_path, monkeypatch, form, engine, request):
+    from crowdspark.io.paths import strip_file_scheme
+
+    if engine == "spark":
+        request.getfixturevalue("spark")  # the tests' session, which the command line then uses
+    out = tmp_path / "out"
+    assert strip_file_scheme(form.format(out)) == str(out)
+    monkeypatch.chdir(tmp_path)
+    command = ["aggregate", "--labels", LABELS, "--engine", engine, "--output", form.format(out)]
+    assert main(command + (["--set", "engine.small_input_bytes=0"] if engine == "spark" else [])) == 0
+    assert marker(out)["kind"] == "result" and (out / "summary.json").is_file()
+    assert listing(tmp_path) == ["out"]  # nothing written under the working folder ("file:/...")
+
+
 def test_an_output_that_is_a_file_is_refused(tmp_path, capsys):
     target = tmp_path / "results.csv"
     target.write_text("keep me\n")

@@ -42,8 +42,16 @@ def absolute_local(path: str) -> str:
 
 
 def strip_file_scheme(path: str) -> str:
-    """``path`` without a leading ``file://``."""
-    return path[len("file://") :] if path.startswith("file://") else path
+    """``path`` as a path of the local filesystem: without its ``file:`` scheme, in each form Hadoop reads as
+    local (``file:///x``, ``file:/x`` and ``file://localhost/x`` are all ``/x``)."""
+    if not path.startswith("file:"):
+        return path
+    rest = path[len("file:") :]
+    if rest.startswith("//"):
+        rest = rest[2:]
+        if rest.startswith("localhost/"):
+            rest = rest[len("localhost") :]
+    return rest
 
 
 def check_local_folder_writable(folder: str, what: str) -> None:

@@ -124,7 +124,8 @@ def _csv_ready(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_frame_local(frame: pd.DataFrame, directory: str, fmt: str) -> None:
-    """Write a pandas table as a one-file dataset directory (``part-00000.<fmt>``)."""
+    """Write a pandas table as a one-file dataset directory (``part-00000.<fmt>``; ``file:`` allowed)."""
+    directory = strip_file_scheme(directory)
     os.makedirs(directory, exist_ok=True)
     if fmt == "csv":
         _csv_ready(frame).to_csv(os.path.join(directory, "part-00000.csv"), index=False)
@@ -244,6 +245,7 @@ def write_table(table, directory: str, fmt: str, spark: Any = None, extras: dict
     if isinstance(table, pa.Table) and fmt == "parquet" and is_local(directory):
         import pyarrow.parquet as pq
 
+        directory = strip_file_scheme(directory)
         os.makedirs(directory, exist_ok=True)
         pq.write_table(table, os.path.join(directory, "part-00000.parquet"))
         return
