@@ -354,9 +354,9 @@ def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | No
         raise
     checkpoint = checkpointer_for(config, options, prepared.layout)
     try:
+        warm, warm_report = _warm_start(options, config, enc)
         # the evaluation runs in the fit's sweep session when it has one, where the blocks are
         with prepared.engine.sweeps_held():
-            warm, warm_report = _warm_start(options, config, enc)
             try:
                 model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, prepared.engine,
                                                           warm, checkpoint, options.carried)
