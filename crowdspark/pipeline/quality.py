@@ -147,9 +147,24 @@ def relabel_head(items: pa.Table, budget: int) -> pa.Table:
     pyarrow.Table
         min(n, budget) rows (n when ``budget`` is 0).
     """
+    items = items.select(list(RELABEL_COLUMNS[1:]))
+    if budget:
+        items = _candidates(items, budget)
     keys = [(c, "ascending" if up else "descending") for c, up in RELABEL_ORDER]
     order = pc.sort_indices(items, sort_keys=keys)
-    return items.select(list(RELABEL_COLUMNS[1:])).take(order[:budget] if budget else order)
+    return items.take(order[:budget] if budget else order)
+
+
+def _candidates(items: pa.Table, budget: int) -> pa.Table:
+    """The rows of ``items`` that can be among its first ``budget`` in the queue's order: those whose first key
+    (ascending) is at most the ``budget``-th smallest, found without sorting (``numpy.partition``); every row
+    when that value is NaN or null, or the first key is descending."""
+    column, ascending = RELABEL_ORDER[0]
+    if items.num_rows <= budget or not ascending:
+        return items
+    values = items.column(column).to_numpy()  # float64, nulls as NaN: both sort after every number
+    kth = np.partition(values, budget - 1)[budget - 1]
+    return items if np.isnan(kth) else items.filter(pa.array(values <= kth))
 
 
 def relabel_fold(budget: int, kept: pa.Table | None, batch: pa.RecordBatch) -> pa.Table:
