@@ -10,7 +10,7 @@ import pytest
 
 from crowdspark.config import load_config
 from crowdspark.pipeline import aggregate, aggregate_frames
-from crowdspark.pipeline.quality import relabel_queue
+from crowdspark.pipeline.quality import relabel_fold, relabel_queue
 from tests.helpers import DATA
 
 
@@ -26,15 +26,32 @@ def _items(n: int, seed: int) -> pd.DataFrame:
     })
 
 
+def _arrow(items: pd.DataFrame, nan_as_null: bool) -> pa.Table:
+    return (pa.Table.from_pandas(items, preserve_index=False) if nan_as_null
+            else pa.table({c: pa.array(items[c].to_numpy()) for c in items.columns}))
+
+
 @pytest.mark.parametrize("budget", [0, 7, 300])
 @pytest.mark.parametrize("nan_as_null", [False, True])
 def test_arrow_relabel_queue_is_the_pandas_queue(budget, nan_as_null):
     items = _items(2000, seed=budget)
-    table = (pa.Table.from_pandas(items, preserve_index=False) if nan_as_null
-             else pa.table({c: pa.array(items[c].to_numpy()) for c in items.columns}))
+    table = _arrow(items, nan_as_null)
     queue = relabel_queue(table, budget)
     assert len(queue) == (budget or len(items))
     pd.testing.assert_frame_equal(queue, relabel_queue(items, budget))
+
+
+@pytest.mark.parametrize("budget", [1, 7, 300, 5000])
+@pytest.mark.parametrize("nan_as_null", [False, True])
+def test_the_queue_of_the_rows_kept_by_folding_batches_is_the_whole_tables(budget, nan_as_null):
+    items = _items(2000, seed=budget)
+    table = _arrow(items, nan_as_null)
+    cuts = np.sort(np.random.default_rng(budget).choice(np.arange(1, len(items)), 6, replace=False))
+    kept = None
+    for start, stop in zip([0, *cuts], [*cuts, len(items)]):
+        kept = relabel_fold(budget, kept, table.slice(start, stop - start).combine_chunks().to_batches()[0])
+    assert kept.num_rows == min(budget, len(items))
+    pd.testing.assert_frame_equal(relabel_queue(kept, budget), relabel_queue(items, budget))
 
 
 def test_written_items_are_the_returned_items(tmp_path):

@@ -9,18 +9,38 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from crowdspark.block import Block
 from crowdspark.models.base import ItemResult, State
 from crowdspark.stats import Stats
 
-__all__ = ["Engine", "BlockFn", "ItemFn", "ItemBatchFn"]
+__all__ = ["Engine", "BlockFn", "ItemFn", "ItemBatchFn", "ItemHeadFn", "WrittenItems"]
 
 BlockFn = Callable[[Block, State, Any], tuple[State, Stats]]
 ItemFn = Callable[[Block, State, Any], ItemResult]
 #: a block's per-item results -> an Arrow record batch of the item table
 ItemBatchFn = Callable[[Block, ItemResult], Any]
+#: (what was kept of the item batches so far, or None; the next batch) -> what is kept: a small Arrow table
+ItemHeadFn = Callable[[Any, Any], Any]
+
+
+@dataclass
+class WrittenItems:
+    """What :meth:`Engine.write_items` wrote.
+
+    Attributes
+    ----------
+    rows : int
+        Rows written.
+    kept : pyarrow.Table or None
+        What ``head`` kept of each partition's batches, concatenated (``None`` without ``head``, or when no
+        partition had a batch).
+    """
+
+    rows: int
+    kept: Any = None
 
 
 class Engine:
@@ -61,9 +81,11 @@ class Engine:
         """
         raise NotImplementedError
 
-    def write_items(self, fn: ItemFn, value: Any, to_batch: ItemBatchFn, schema: str, directory: str) -> int | None:
+    def write_items(self, fn: ItemFn, value: Any, to_batch: ItemBatchFn, schema: str, directory: str,
+                    head: ItemHeadFn | None = None) -> WrittenItems | None:
         """Write the item table (:meth:`items`) as Parquet into ``directory`` from where the blocks are, when
-        this engine can; returns the rows written, or ``None`` when it wrote nothing (write :meth:`items`)."""
+        this engine can, folding ``head`` over each partition's item batches on the way; ``None`` when it
+        wrote nothing (write :meth:`items`)."""
         return None
 
     def report(self) -> dict[str, Any]:

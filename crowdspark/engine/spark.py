@@ -16,7 +16,9 @@ computed from are destroyed only then, so a lost cached partition can always be 
 checkpointed RDD's own broadcast lives until the next truncation: Spark still serializes it with tasks.)  Randomness
 comes from (seed, sweep, item key), so a recomputed or retried task gives the same result.
 
-Nothing item-level is collected: the driver sees statistics and parameters sized by workers and classes.
+Nothing item-level is collected: the driver sees statistics and parameters sized by workers and classes,
+and, from :meth:`SparkEngine.write_items` when asked, a bounded number of rows per partition (the first rows
+of the relabel queue).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from crowdspark.block import Block
-from crowdspark.engine.base import BlockFn, Engine, ItemBatchFn, ItemFn
+from crowdspark.engine.base import BlockFn, Engine, ItemBatchFn, ItemFn, ItemHeadFn, WrittenItems
 from crowdspark.engine.resident import (
     BlockHandle,
     forget,
@@ -163,27 +165,56 @@ def _item_batches(fn: ItemFn, to_batch: ItemBatchFn, value: Any, elements: Itera
             yield to_batch(block, fn(block, state, value))
 
 
-def _item_batches_partition(fn: ItemFn, to_batch: ItemBatchFn, broadcast, elements: Iterator) -> Iterator[tuple[bytes]]:
-    """Each block's item batch, as Arrow IPC stream bytes: the block's label arrays stay where they are."""
+def _ipc_bytes(data) -> bytes:
+    """An Arrow record batch or table as Arrow IPC stream bytes."""
     import pyarrow as pa
 
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, data.schema) as writer:
+        writer.write(data)
+    return sink.getvalue().to_pybytes()
+
+
+def _item_batches_partition(fn: ItemFn, to_batch: ItemBatchFn, broadcast, elements: Iterator) -> Iterator[tuple[bytes]]:
+    """Each block's item batch, as Arrow IPC stream bytes: the block's label arrays stay where they are."""
     for batch in _item_batches(fn, to_batch, broadcast.value, elements):
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, batch.schema) as writer:
-            writer.write_batch(batch)
-        yield (sink.getvalue().to_pybytes(),)
+        yield (_ipc_bytes(batch),)
 
 
-def _write_items_partition(fn: ItemFn, to_batch: ItemBatchFn, directory: str, schema, broadcast,
-                           elements: Iterator) -> Iterator[int]:
+class _Fold:
+    """``head`` folded over the batches that pass through :meth:`through`; ``kept`` is its last result."""
+
+    def __init__(self, head: ItemHeadFn) -> None:
+        self.head = head
+        self.kept = None
+
+    def through(self, batches: Iterator) -> Iterator:
+        for batch in batches:
+            self.kept = self.head(self.kept, batch)
+            yield batch
+
+
+def _write_items_partition(fn: ItemFn, to_batch: ItemBatchFn, directory: str, schema, head: ItemHeadFn | None,
+                           broadcast, elements: Iterator) -> Iterator[tuple[int, bytes | None]]:
     """The partition's item batches written as its one Parquet file of ``directory``
-    (:func:`~crowdspark.io.tables.write_parquet_part`, numbered by the partition); yields the rows written."""
+    (:func:`~crowdspark.io.tables.write_parquet_part`, numbered by the partition); yields the rows written and
+    what ``head`` kept of the batches (Arrow IPC bytes; ``None`` without ``head`` or batches)."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
     batches = _item_batches(fn, to_batch, broadcast.value, elements)
-    yield write_parquet_part(batches, directory, context.partitionId(), schema, str(context.taskAttemptId()),
-                             dictionary=("label",))
+    fold = _Fold(head) if head is not None else None
+    rows = write_parquet_part(batches if fold is None else fold.through(batches), directory, context.partitionId(),
+                              schema, str(context.taskAttemptId()), dictionary=("label",))
+    yield rows, (None if fold is None or fold.kept is None else _ipc_bytes(fold.kept))
+
+
+def _kept_table(blobs: list[bytes]):
+    """The tables of Arrow IPC stream bytes, concatenated; ``None`` for no bytes."""
+    import pyarrow as pa
+
+    tables = [pa.ipc.open_stream(blob).read_all() for blob in blobs]
+    return pa.concat_tables(tables) if tables else None
 
 
 def _decode_items(batches):
@@ -714,19 +745,21 @@ class SparkEngine(Engine):
         batches = self._per_block(partial(_item_batches_partition, fn, to_batch), value)
         return spark.createDataFrame(batches, "blob binary").mapInArrow(_decode_items, schema)
 
-    def write_items(self, fn: ItemFn, value: Any, to_batch: ItemBatchFn, schema: str, directory: str) -> int | None:
+    def write_items(self, fn: ItemFn, value: Any, to_batch: ItemBatchFn, schema: str, directory: str,
+                    head: ItemHeadFn | None = None) -> WrittenItems | None:
         """Write the item table (``schema``, Spark DDL) as Parquet into ``directory`` from the tasks that hold the
         blocks, where the executors share the driver's filesystem (a local master) and ``directory`` is a local
         path; ``None`` elsewhere (nothing written: the caller writes :meth:`items`).
 
         One job: each task writes its partition's item batches with pyarrow into one file of ``directory``
         (:func:`~crowdspark.io.tables.write_parquet_part`: a retried attempt replaces the file) and returns its
-        row count; no row passes through the JVM.
+        row count and what ``head`` kept of its batches (a small Arrow table, as IPC bytes); no row passes
+        through the JVM.
 
         Returns
         -------
-        int or None
-            Rows written.
+        WrittenItems or None
+            Rows written, and the partitions' kept tables concatenated.
         """
         if not (self.local and is_local(directory)):
             return None
@@ -735,11 +768,12 @@ class SparkEngine(Engine):
 
         directory = os.path.abspath(strip_file_scheme(directory))  # the driver's, whatever the tasks' working folder
         arrow = to_arrow_schema(DataType.fromDDL(schema))
-        rows = sum(self._per_block(partial(_write_items_partition, fn, to_batch, directory, arrow), value).collect())
+        parts = self._per_block(partial(_write_items_partition, fn, to_batch, directory, arrow, head), value).collect()
         removed = remove_unfinished_parts(directory)
         if removed:
             log.info("spark engine: removed %d unfinished item files of failed attempts", len(removed))
-        return rows
+        kept = _kept_table([blob for _, blob in parts if blob is not None])
+        return WrittenItems(sum(rows for rows, _ in parts), kept)
 
     def report(self) -> dict[str, Any]:
         """``sweep_mode`` (asked, chosen, why), ``sweep_sessions`` (:meth:`session_report`) and

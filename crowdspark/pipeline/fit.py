@@ -13,7 +13,7 @@ import pandas as pd
 
 from crowdspark import __version__
 from crowdspark.config import RunConfig
-from crowdspark.engine.base import Engine, ItemBatchFn, ItemFn
+from crowdspark.engine.base import Engine, ItemBatchFn, ItemFn, WrittenItems
 from crowdspark.engine.checkpoint import Checkpointer
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import FitResult, WarmStart, finish_fn, fit
@@ -28,7 +28,7 @@ from crowdspark.metrics import metrics_from_stats
 from crowdspark.models.base import Model, no_worker_start
 from crowdspark.models.registry import build_model, model_class, model_parameters
 from crowdspark.pipeline.prepare import Prepared
-from crowdspark.pipeline.quality import quality_on, quality_summary, worker_confusions, worker_quality
+from crowdspark.pipeline.quality import quality_on, quality_summary, relabel_fold, worker_confusions, worker_quality
 from crowdspark.pipeline.summary import gold_split_report, run_summary
 from crowdspark.pipeline.tasks import block_item_batch, evaluate_block, finish_with_quality
 from crowdspark.quality import ITEM_COLUMNS, average_confusion
@@ -318,11 +318,15 @@ class Fitted:
             return self.prepared.engine.item_table(fn, self.params, to_batch)
         return self.prepared.engine.items(fn, self.params, to_batch, item_schema(self.item_extras))
 
-    def write_items(self, directory: str) -> int | None:
+    def write_items(self, directory: str, relabel_budget: int = 0) -> WrittenItems | None:
         """Write :meth:`items` as Parquet into ``directory`` from where the blocks are, when the engine can
-        (:meth:`crowdspark.engine.base.Engine.write_items`); the rows written, or ``None`` (nothing written)."""
+        (:meth:`crowdspark.engine.base.Engine.write_items`), or return ``None`` (nothing written).  With the
+        quality columns and ``relabel_budget > 0``, each partition also keeps its first ``relabel_budget`` rows
+        of the relabel queue (:func:`crowdspark.pipeline.quality.relabel_fold`)."""
         fn, to_batch = self._item_fns()
-        return self.prepared.engine.write_items(fn, self.params, to_batch, item_schema(self.item_extras), directory)
+        head = partial(relabel_fold, relabel_budget) if self.quality is not None and relabel_budget > 0 else None
+        return self.prepared.engine.write_items(fn, self.params, to_batch, item_schema(self.item_extras), directory,
+                                                head)
 
     def workers(self) -> pd.DataFrame:
         """The worker table (size K: it lives on the driver)."""

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from crowdspark.config import RunConfig
+from crowdspark.engine.base import WrittenItems
 from crowdspark.engine.carry import Carried, carried_stats, carry_block, responsibilities_fn
 from crowdspark.errors import ConfigError, IncompatibleModelError, InputError
 from crowdspark.io.chain import CHAIN_FILE, chain_payload, chain_runs
@@ -297,10 +298,10 @@ class Night(Fitted):
     def items(self):
         return self.item_table
 
-    def write_items(self, directory: str) -> int | None:
+    def write_items(self, directory: str, relabel_budget: int = 0) -> WrittenItems | None:
         """A fitted night's item table is its fit's (:meth:`Fitted.write_items`); a night carried forward has
         no blocks (``None``)."""
-        return None if self.prepared is None else super().write_items(directory)
+        return None if self.prepared is None else super().write_items(directory, relabel_budget)
 
     def workers(self) -> pd.DataFrame:
         return self.worker_table

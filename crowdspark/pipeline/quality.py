@@ -33,6 +33,8 @@ __all__ = [
     "worker_quality",
     "quality_summary",
     "relabel_queue",
+    "relabel_head",
+    "relabel_fold",
 ]
 
 #: the columns of ``relabel/``, in order
@@ -117,10 +119,8 @@ def relabel_queue(items: Any, budget: int) -> Any:
     columns = list(RELABEL_COLUMNS[1:])
     if hasattr(items, "sparkSession"):
         return _spark_queue(items.select(*columns), budget)
-    if isinstance(items, pa.Table):  # Arrow sorts the ids in C++, with NaN last as pandas does
-        keys = [(c, "ascending" if up else "descending") for c, up in RELABEL_ORDER]
-        order = pc.sort_indices(items, sort_keys=keys)
-        queue = items.select(columns).take(order[:budget] if budget else order).to_pandas()
+    if isinstance(items, pa.Table):
+        queue = relabel_head(items, budget).to_pandas()
     else:
         queue = items[columns].sort_values([c for c, _ in RELABEL_ORDER], ascending=[up for _, up in RELABEL_ORDER],
                                            kind="mergesort")
@@ -129,6 +129,67 @@ def relabel_queue(items: Any, budget: int) -> Any:
     queue = queue.reset_index(drop=True)
     queue.insert(0, "rank", np.arange(1, len(queue) + 1, dtype=np.int64))
     return queue
+
+
+def relabel_head(items: pa.Table, budget: int) -> pa.Table:
+    """The first ``budget`` rows (0: all) of an Arrow item table in the queue's order (:data:`RELABEL_ORDER`),
+    with the queue's columns but ``rank`` (``RELABEL_COLUMNS[1:]``).  Arrow sorts the ids in C++, with NaN last
+    as pandas and Spark do.
+
+    Parameters
+    ----------
+    items : pyarrow.Table
+        n rows with at least the columns ``RELABEL_COLUMNS[1:]``.
+    budget : int
+
+    Returns
+    -------
+    pyarrow.Table
+        min(n, budget) rows (n when ``budget`` is 0).
+    """
+    items = items.select(list(RELABEL_COLUMNS[1:]))
+    if budget:
+        items = _candidates(items, budget)
+    keys = [(c, "ascending" if up else "descending") for c, up in RELABEL_ORDER]
+    order = pc.sort_indices(items, sort_keys=keys)
+    return items.take(order[:budget] if budget else order)
+
+
+def _candidates(items: pa.Table, budget: int) -> pa.Table:
+    """The rows of ``items`` that can be among its first ``budget`` in the queue's order: those whose first key
+    (ascending) is at most the ``budget``-th smallest, found without sorting (``numpy.partition``); every row
+    when that value is NaN or null, or the first key is descending."""
+    column, ascending = RELABEL_ORDER[0]
+    if items.num_rows <= budget or not ascending:
+        return items
+    values = items.column(column).to_numpy()  # float64, nulls as NaN: both sort after every number
+    kth = np.partition(values, budget - 1)[budget - 1]
+    return items if np.isnan(kth) else items.filter(pa.array(values <= kth))
+
+
+def relabel_fold(budget: int, kept: pa.Table | None, batch: pa.RecordBatch) -> pa.Table:
+    """The first ``budget`` rows of ``kept`` and ``batch`` together (:func:`relabel_head`).
+
+    Folded over a partition's item batches, it leaves that partition's first ``budget`` rows; the queue's
+    first ``budget`` rows (a total order: the item id is its last key) are among the union of every
+    partition's, so :func:`relabel_queue` of that union is the queue of the whole table.
+
+    Parameters
+    ----------
+    budget : int
+        Greater than 0.
+    kept : pyarrow.Table or None
+        At most ``budget`` rows of the columns ``RELABEL_COLUMNS[1:]`` (what the fold kept so far).
+    batch : pyarrow.RecordBatch
+        A block's item rows (:func:`crowdspark.io.tables.item_batch` with the quality columns).
+
+    Returns
+    -------
+    pyarrow.Table
+        At most ``budget`` rows of the columns ``RELABEL_COLUMNS[1:]``.
+    """
+    table = relabel_head(pa.Table.from_batches([batch]), budget)
+    return table if kept is None else relabel_head(pa.concat_tables([kept, table]), budget)
 
 
 def _spark_queue(items: Any, budget: int) -> Any:

@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from crowdspark.config import RunConfig
+from crowdspark.engine.base import WrittenItems
 from crowdspark.io.saved_model import MODEL_FOLDER, model_files
 from crowdspark.io.sink import StagedOutput
 from crowdspark.io.tables import write_table
@@ -19,10 +20,13 @@ from crowdspark.pipeline.quality import RELABEL_SCHEMA, relabel_queue
 __all__ = ["write_result"]
 
 
-def _written_items(items: Any, directory: str, fmt: str) -> Any:
-    """The item table ``relabel/`` is cut from: a Spark table's written Parquet files (reading five columns
-    costs less than computing every item again; read with the table's schema, which spares Spark a job to
-    infer it from the files), else ``items`` itself."""
+def _written_items(items: Any, written: WrittenItems | None, directory: str, fmt: str) -> Any:
+    """The item table ``relabel/`` is cut from: the rows the tasks that wrote ``items/`` kept (each partition's
+    first ``relabel.budget`` rows of the queue: a small pyarrow table on the driver), else a Spark table's
+    written Parquet files (reading five columns costs less than computing every item again; read with the
+    table's schema, which spares Spark a job to infer it from the files), else ``items`` itself."""
+    if written is not None and written.kept is not None:
+        return written.kept
     if fmt == "parquet" and hasattr(items, "sparkSession"):
         return items.sparkSession.read.schema(items.schema).parquet(directory)
     return items
@@ -37,17 +41,20 @@ def write_result(fitted: Fitted, items: Any, workers: pd.DataFrame, destination:
     where the engine can (:meth:`Fitted.write_items`: the Spark engine on a local master, to a local
     output), else ``items`` (pandas from the local engine, Spark from the Spark engine); the worker table
     (size K) from the driver, with pandas when the output is local (a Spark DataFrame of it would ship the
-    whole table inside one task; docs/decisions.md, "The worker table"), else with Spark.  ``extra`` writes
-    more entries into the staged result before ``summary.json`` (an incremental night's item state).
+    whole table inside one task; docs/decisions.md, "The worker table"), else with Spark; ``relabel/`` from
+    the rows the item-writing tasks kept, when they kept any (a pandas table, written like the worker table),
+    else from the item table (:func:`_written_items`).  ``extra`` writes more entries into the staged result
+    before ``summary.json`` (an incremental night's item state).
     """
     start = time.perf_counter()
     fmt = config.output.format
     with StagedOutput(destination, spark) as out:
-        if fmt != "parquet" or fitted.write_items(out.path("items")) is None:
+        written = fitted.write_items(out.path("items"), config.relabel.budget) if fmt == "parquet" else None
+        if written is None:
             write_table(items, out.path("items"), fmt, spark, fitted.item_extras)
         write_table(workers, out.path("workers"), fmt, spark)
         if fitted.quality is not None:
-            queue = relabel_queue(_written_items(items, out.path("items"), fmt), config.relabel.budget)
+            queue = relabel_queue(_written_items(items, written, out.path("items"), fmt), config.relabel.budget)
             write_table(queue, out.path("relabel"), fmt, spark, schema=RELABEL_SCHEMA)
         for name, data in model_files(fitted.saved_model(config.algorithm)).items():
             out.write_bytes(f"{MODEL_FOLDER}/{name}", data)
