@@ -110,13 +110,14 @@ def test_an_output_beside_the_input_files_is_fine(tmp_path):
 def test_every_local_uri_form_of_the_output_is_the_same_folder(tmp_path, monkeypatch, form, engine, request):
     from crowdspark.io.paths import strip_file_scheme
 
-    if engine == "spark":
-        request.getfixturevalue("spark")  # the tests' session, which the command line then uses
     out = tmp_path / "out"
     assert strip_file_scheme(form.format(out)) == str(out)
     monkeypatch.chdir(tmp_path)
-    command = ["aggregate", "--labels", LABELS, "--engine", engine, "--output", form.format(out)]
-    assert main(command + (["--set", "engine.small_input_bytes=0"] if engine == "spark" else [])) == 0
+    if engine == "spark":  # the tests' session (the command line would stop it)
+        config = load_config(overrides=["engine.small_input_bytes=0"], engine_name="spark")
+        aggregate(config, LABELS, form.format(out), spark=request.getfixturevalue("spark"))
+    else:
+        assert main(["aggregate", "--labels", LABELS, "--engine", engine, "--output", form.format(out)]) == 0
     assert marker(out)["kind"] == "result" and (out / "summary.json").is_file()
     assert listing(tmp_path) == ["out"]  # nothing written under the working folder ("file:/...")
 
