@@ -186,3 +186,24 @@ def test_incidence_per_dtype_shares_the_index_arrays():
     ll32 = label_loglik(block, log_pi.astype(np.float32))
     assert ll32.dtype == np.float32
     np.testing.assert_allclose(ll32, label_loglik(block, log_pi), rtol=1e-5)
+
+
+def test_incidence_matrices_share_one_read_only_array_of_ones_and_equal_the_counts(monkeypatch):
+    """Blocks of a process share their matrices' values (no copy of ones per block, none writable); the
+    matrices count each (worker, label) per item, duplicates included."""
+    from crowdspark.models import common
+
+    monkeypatch.setattr(common, "_ONES", {})  # this process's array as a run's first blocks find it
+    rng = np.random.default_rng(5)
+    items = np.repeat(np.arange(400), 4).astype(str).astype(object)
+    worker, label = rng.integers(0, 9, items.size), rng.integers(0, 3, items.size)
+    small, large = build_blocks(items, worker, label, None, max_labels=600)[:2]
+    a, b = incidence(large, 9, 3), incidence(small, 9, 3)
+    assert np.shares_memory(a.data, b.data) and not a.data.flags.writeable
+    assert a.indices.dtype == a.indptr.dtype == np.int32  # scipy's own index type: kept, not copied
+    assert np.shares_memory(a.indices, incidence(large, 9, 3).indices)
+    dense = np.zeros((27, large.n_items))
+    np.add.at(dense, (large.worker * 3 + large.label, large.item_of_label), 1.0)
+    np.testing.assert_array_equal(a.toarray(), dense)
+    with pytest.raises(ValueError):
+        a.data[0] = 2.0
