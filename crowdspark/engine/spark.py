@@ -54,7 +54,7 @@ from crowdspark.io.tables import remove_unfinished_parts, write_parquet_part
 from crowdspark.models.base import State
 from crowdspark.stats import Stats, add_stats
 
-__all__ = ["SparkEngine", "spill_target"]
+__all__ = ["SparkEngine", "spill_target", "round_robin_keys"]
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ def _decode_items(batches):
             yield from pa.ipc.open_stream(blob).read_all().to_batches()
 
 
-def _round_robin_keys(tasks: int, index: int, elements: Iterator) -> Iterator:
+def round_robin_keys(tasks: int, index: int, elements: Iterator) -> Iterator:
     """``(task, element)`` for the elements of partition ``index``: task ``(index + j) % tasks``."""
     for j, element in enumerate(elements):
         yield (index + j) % tasks, element
@@ -241,7 +241,7 @@ def _regroup(rdd, tasks: int):
     few partitions of a previous session's result can put every block on one core (docs/decisions.md,
     "Regrouping partitions for a session").
     """
-    keyed = rdd.mapPartitionsWithIndex(partial(_round_robin_keys, tasks))
+    keyed = rdd.mapPartitionsWithIndex(partial(round_robin_keys, tasks))
     return keyed.partitionBy(tasks, _identity).values()
 
 

@@ -391,9 +391,11 @@ def handle_rdd(sc, partitions: list[list[BlockHandle]], tasks: int):
     ``tasks`` tasks makes of the pass's partitions (:func:`crowdspark.engine.spark._regroup`), made here on the
     driver, where the handles are. The session then starts without a Spark job to regroup them.
     """
+    from crowdspark.engine.spark import round_robin_keys  # the driver's: the pass's workers need none of it
+
     tasks = max(1, min(tasks, len(partitions)))
     dealt: list[list[BlockHandle]] = [[] for _ in range(tasks)]
     for p, handles in enumerate(partitions):
-        for j, handle in enumerate(handles):
-            dealt[(p + j) % tasks].append(handle)
+        for task, handle in round_robin_keys(tasks, p, handles):
+            dealt[task].append(handle)
     return sc.parallelize(dealt, tasks).flatMap(_handles)
