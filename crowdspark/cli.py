@@ -82,7 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     items.add_argument("--out", metavar="DIR", help="write the table there as Parquet (one file) instead of printing "
                                                     "item, label and confidence as CSV")
     items.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
-    sub.add_parser("algorithms", help="list the algorithms with their parameters, defaults and documentation")
+    algorithms = sub.add_parser("algorithms", help="list the algorithms; with a NAME, its parameters, defaults and "
+                                                   "documentation")
+    algorithms.add_argument("name", metavar="NAME", nargs="?", choices=algorithm_names(),
+                            help="one algorithm to describe in full")
+    algorithms.add_argument("--json", action="store_true",
+                            help="print every algorithm's description as JSON (for scripts)")
     sub.add_parser("defaults", help="print every configuration key with its default and meaning (TOML)")
     return parser
 
@@ -125,6 +130,51 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
         if own_session:
             spark.stop()
     return result.summary
+
+
+def _algorithm_table(listing: dict[str, dict]) -> str:
+    """``crowdspark algorithms``: one line per algorithm (name, title, parameters with their defaults)."""
+    rows = [("ALGORITHM", "TITLE", "PARAMETERS (default)")]
+    for name, entry in listing.items():
+        rows.append((name, entry["title"], _parameter_cell(entry["parameters"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    lines = [f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]}" for row in rows]
+    lines.append("\ncrowdspark algorithms NAME describes one algorithm in full; --json prints every description as "
+                 "JSON.")
+    return "\n".join(lines)
+
+
+def _parameter_cell(parameters: dict[str, dict], width: int = 72) -> str:
+    """The parameters with their defaults, cut to about ``width`` characters with a count of those left out."""
+    shown: list[str] = []
+    for key, value in parameters.items():
+        text = f"{key}={_short(value['default'])}"
+        rest = len(parameters) - len(shown) - 1
+        if shown and len(", ".join(shown + [text])) + (12 if rest else 0) > width:
+            return ", ".join(shown) + f" (+{len(parameters) - len(shown)} more)"
+        shown.append(text)
+    return ", ".join(shown) or "-"
+
+
+def _short(value: object) -> str:
+    """A default as the table shows it: text defaults that explain a rule are shortened to ``auto``."""
+    if isinstance(value, str) and " " in value:
+        return "auto"
+    return str(value)
+
+
+def _algorithm_details(name: str, entry: dict) -> str:
+    """``crowdspark algorithms NAME``: the algorithm's description, Python classes, presets and parameters."""
+    lines = [f"{name}: {entry['title']}", f"  {entry['description']}",
+             f"  pandas: {entry['python']['pandas']}; pyspark.ml: {entry['python']['pyspark.ml']}"]
+    if entry["presets"]:
+        lines.append(f"  presets: {', '.join(entry['presets'])}")
+    lines.append("  parameters (--set " + name + ".KEY=VALUE):" if entry["parameters"] else "  no parameters")
+    for key, value in entry["parameters"].items():
+        lines.append(f"    {key} = {value['default']}")
+        if value["doc"]:
+            lines.append(f"        {' '.join(value['doc'].split())}")
+    return "\n".join(lines)
 
 
 def _report(summary: dict, output: str) -> str:
@@ -204,8 +254,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "algorithms":
         from crowdspark.models.registry import algorithm_names, describe
 
-        listing = {name: describe(name) for name in algorithm_names()}
-        print(json.dumps(listing, indent=2, default=str))
+        names = [args.name] if args.name else algorithm_names()
+        listing = {name: describe(name) for name in names}
+        if args.json:
+            print(json.dumps(listing, indent=2, default=str))
+        elif args.name:
+            print(_algorithm_details(args.name, listing[args.name]))
+        else:
+            print(_algorithm_table(listing))
         return EXIT_OK
     try:
         with warnings.catch_warnings():

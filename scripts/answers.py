@@ -31,8 +31,8 @@ DATA = ROOT / "data"
 
 
 def _algorithms() -> list[str]:
-    out = subprocess.run([sys.executable, "-m", "crowdspark", "algorithms"], check=True, capture_output=True,
-                         text=True, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-m", "crowdspark", "algorithms", "--json"], check=True,
+                         capture_output=True, text=True, cwd=ROOT)
     return list(json.loads(out.stdout))
 
 

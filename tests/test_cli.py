@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from crowdspark.cli import main
+from crowdspark.models.registry import algorithm_names
 from tests.helpers import DATA
 
 RTE = ["--labels", str(DATA / "rte" / "labels.csv"), "--gold", str(DATA / "rte" / "truth.csv")]
@@ -86,8 +87,30 @@ def test_rerun_replaces_the_output_atomically(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
-def test_algorithms_lists_parameters(capsys):
+def test_algorithms_prints_a_table_one_line_per_algorithm(capsys):
     assert main(["algorithms"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["ALGORITHM", "TITLE", "PARAMETERS", "(default)"]
+    rows = lines[1:1 + len(algorithm_names())]
+    assert [row.split()[0] for row in rows] == algorithm_names()
+    assert all(len(row) <= 130 for row in rows)
+    ds = next(row for row in rows if row.startswith("ds "))
+    assert "max_iter=100, tol=1e-06, smoothing=0.5" in ds
+    assert "--json" in lines[-1]
+
+
+def test_algorithms_name_describes_one_in_full(capsys):
+    assert main(["algorithms", "dds"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("dds: difficulty Dawid-Skene")
+    assert "n_levels = chosen among [1, 2] by BIC unless set" in text
+    assert "--set dds.KEY=VALUE" in text and "crowdspark.api.DifficultyDawidSkene" in text
+    with pytest.raises(SystemExit):
+        main(["algorithms", "no-such-model"])
+
+
+def test_algorithms_lists_parameters(capsys):
+    assert main(["algorithms", "--json"]) == 0
     listing = json.loads(capsys.readouterr().out)
     defaults = {key: value["default"] for key, value in listing["ds"]["parameters"].items()}
     assert defaults == {"max_iter": 100, "tol": 1e-6, "smoothing": 0.5}

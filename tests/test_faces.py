@@ -95,8 +95,8 @@ def test_messages_name_settings_as_the_calling_face_does():
 
 def test_the_command_line_lists_every_registered_algorithm():
     assert build_parser().parse_args(["aggregate", "--labels", "x", "--output", "y"]).command == "aggregate"
-    out = subprocess.run([sys.executable, "-m", "crowdspark", "algorithms"], check=True, capture_output=True,
-                         text=True)
+    out = subprocess.run([sys.executable, "-m", "crowdspark", "algorithms", "--json"], check=True,
+                         capture_output=True, text=True)
     listing = json.loads(out.stdout)
     assert list(listing) == algorithm_names()
     for name, entry in listing.items():
