@@ -3,7 +3,7 @@
 See the README for the command line, and :mod:`crowdspark.api` for the pandas API.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 
 def read_items(output: str, spark=None, folder: str = "items"):
