@@ -248,3 +248,18 @@ def test_no_new_data_names_a_previous_run_that_has_no_run_id(tmp_path):
                "--algorithm", "ds", "--warm-start", str(first), "--set", "nightly.on_no_new_data=fail", real=True)
     message = refused(done, "no new data since the previous run", str(first))
     assert "None" not in message
+
+
+# ---- retention -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("damage", ["deleted", "integer"])
+def test_retention_deletes_nothing_when_a_kept_runs_chain_cannot_be_read(root, damage):
+    from crowdspark.io.runs import prune_runs
+
+    _, out = root
+    chain = run(out) / "_incremental" / "chain.json"
+    if damage == "deleted":
+        chain.unlink()
+    else:
+        chain.write_text(json.dumps({"runs": [5]}))
+    assert prune_runs(str(out), 1) == []
+    assert sorted(p.name for p in out.glob("run_id=*")) == [f"run_id={SPEC.date(d)}" for d in range(NIGHTS)]
