@@ -1,14 +1,19 @@
 """The chain of runs that makes up an incremental night's answer, and reading that answer.
 
 A full refit writes every item into its ``items/``; an incremental night writes only the items it fitted (new or
-revisited) and names, in ``_incremental/chain.json``, the runs before it back to the last full refit::
+revisited), says so in its ``summary.json`` (``items_scope``, :data:`ITEMS_SCOPE`) and names, in
+``_incremental/chain.json``, the runs before it back to the last full refit::
 
     {"runs": ["run_id=2026-11-20", "run_id=2026-11-21"]}
 
-oldest first, each relative to the run's parent folder when it is a sibling (``run_id=<id>``, so the chain does
-not depend on the working directory), else its full path.  The whole answer of a run is, for every item, its row
-in the newest run of ``chain + [run]`` that holds it (:func:`read_items`).  The same holds for the item state
-(``_incremental/items/``).
+oldest first, each the name of a folder beside the run (``run_id=<id>``; never a path, so the chain does not
+depend on the working directory and cannot leave the folder of runs).  The whole answer of a run is, for every
+item, its row in the newest run of ``chain + [run]`` that holds it (:func:`read_items`).  The same holds for the
+item state (``_incremental/items/``).
+
+A reader refuses (:class:`~crowdspark.errors.InputError`, exit 2) a run that holds only its night's items and
+whose chain is missing, unreadable, not a list of names, names a run that is gone or that resolves out of the
+folder (a symbolic link), or does not begin with a full refit: it would give part of the answer.
 """
 
 from __future__ import annotations
@@ -20,12 +25,26 @@ from typing import Any
 import pandas as pd
 
 from crowdspark.errors import ConfigError, InputError
-from crowdspark.io.files import files_for
+from crowdspark.io.files import Files, files_for
 from crowdspark.io.paths import absolute_local, is_local, strip_file_scheme
+from crowdspark.io.runs import read_latest, resolves_beside
 
-__all__ = ["CHAIN_FILE", "chain_runs", "chain_payload", "check_outside_chain", "resolve_run", "read_items", "newest_rows"]
+__all__ = ["CHAIN_FILE", "ITEMS_SCOPE", "chain_runs", "chain_payload", "check_outside_chain", "resolve_run",
+           "read_items", "newest_rows"]
 
 CHAIN_FILE = "_incremental/chain.json"
+
+#: the summary's ``items_scope``: whether ``items/`` is the whole answer (a full refit) or a night's delta
+ITEMS_SCOPE = {
+    True: "all: items/ holds every item of the result",
+    False: ("fitted this night: items/ holds only the items this night fitted (new or revisited); the whole answer "
+            "is the newest row of each item over the runs of _incremental/chain.json and this one: read it with "
+            "crowdspark.read_items(OUTPUT) or `crowdspark items OUTPUT`"),
+}
+
+#: how a reader is told to make a run whole again
+_REFIT = ("restore what is missing, or run that night again with --full-refit (its items/ then holds every item, "
+          "and the next nights continue from it)")
 
 
 def _parent(run: str) -> str:
@@ -36,46 +55,115 @@ def _absolute(path: str) -> str:
     return absolute_local(path.rstrip("/"))
 
 
-def chain_runs(run: str, spark: Any = None, check: bool = True) -> list[str]:
-    """The runs whose rows make up the answer of ``run``, oldest first, ending with ``run`` itself (``check``:
-    that each still has its ``items/``).
+def _is_name(name: Any) -> bool:
+    """Whether ``name`` names a folder beside a run: one path component, not ``.`` or ``..``, no control
+    character."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and not any(ch in name for ch in "/\\")
+            and name.isprintable())
+
+
+def holds_one_night(files: Files, run: str) -> bool:
+    """Whether ``run``'s ``items/`` holds only the items its night fitted (its ``summary.json``'s ``items_scope``).
 
     Raises
     ------
     InputError
-        When ``chain.json`` cannot be read, or names a run that is gone.
+        When its ``summary.json`` exists but cannot be read.
+    """
+    path = f"{run}/summary.json"
+    if not files.exists(path):
+        return False
+    try:
+        summary = json.loads(files.read_bytes(path).decode("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path!r} is not a readable run summary ({exc}): whether {run!r} holds every item or only "
+                         f"its night's is unknown; {_REFIT}") from exc
+    scope = summary.get("items_scope") if isinstance(summary, dict) else None
+    return isinstance(scope, str) and scope.startswith(ITEMS_SCOPE[False].partition(":")[0])
+
+
+def _chain_names(files: Files, run: str) -> list[str] | None:
+    """The names ``run``'s ``chain.json`` lists, or ``None`` for a run that holds every item."""
+    path = f"{run}/{CHAIN_FILE}"
+    if not files.exists(path):
+        if holds_one_night(files, run):
+            raise InputError(f"the run {run!r} holds only the items its night fitted (summary.json's items_scope), "
+                             f"and {path!r}, the chain of earlier runs that holds the other items, is missing; "
+                             f"{_REFIT}")
+        return None
+    try:
+        document = json.loads(files.read_bytes(path).decode("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path!r} is not a readable chain of runs ({exc}); {_REFIT}") from exc
+    names = document.get("runs") if isinstance(document, dict) else None
+    if not isinstance(names, list) or not all(_is_name(name) for name in names):
+        shown = repr(names if isinstance(document, dict) else document)
+        raise InputError(f"{path!r} is not a chain of runs: its \"runs\" must be a list of the names of runs beside "
+                         f"{run!r} (such as \"run_id=2026-11-20\"), but holds {shown[:200]}; {_REFIT}")
+    return names
+
+
+def chain_runs(run: str, spark: Any = None, check: bool = True) -> list[str]:
+    """The runs whose rows make up the answer of ``run``, oldest first, ending with ``run`` itself (``check``:
+    that each still has its ``items/`` and that the first holds every item).
+
+    Raises
+    ------
+    InputError
+        When ``run`` holds only its night's items and its chain is missing or cannot be read, or the chain names
+        a run that is gone, resolves out of ``run``'s folder, or (``check``) does not begin with a full refit.
     """
     run = run.rstrip("/")
     files = files_for(run, spark)
-    path = f"{run}/{CHAIN_FILE}"
-    if not files.exists(path):
+    names = _chain_names(files, run)
+    if names is None:
         return [run]
-    try:
-        names = json.loads(files.read_bytes(path).decode("utf-8"))["runs"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{path!r} is not a readable chain of runs ({exc}); run a full refit (--full-refit)") from exc
-    runs = [name if "/" in name else f"{_parent(run)}/{name}" for name in names]
+    parent = _parent(run)
+    runs = [f"{parent}/{name}" for name in names]
+    outside = [r for r in runs if not resolves_beside(parent, r)]
+    if outside:
+        raise InputError(f"the chain of the run {run!r} names runs that resolve out of its folder {parent!r} "
+                         f"({[os.path.realpath(strip_file_scheme(r)) for r in outside[:3]]}, symbolic links): a "
+                         f"reader follows no run out of the folder it reads; {_REFIT}")
     missing = [r for r in runs if check and not files.exists(f"{r}/items")]
     if missing:
         raise InputError(f"the run {run!r} holds only the items its night fitted, and earlier runs its answer builds "
-                         f"on are gone ({missing[:3]}): restore them, or refit that night in full")
+                         f"on are gone ({missing[:3]}); {_REFIT}")
+    if check and holds_one_night(files, (runs + [run])[0]):
+        raise InputError(f"the chain of the run {run!r} ({CHAIN_FILE}) does not begin with "
+                         f"a full refit: its first run {(runs + [run])[0]!r} holds only its night's items, so the "
+                         f"items of the nights before it are missing; {_REFIT}")
     return runs + [run]
 
 
+def _beside(previous: str, destination: str) -> bool:
+    return _parent(_absolute(previous)) == _parent(_absolute(destination))
+
+
 def chain_payload(previous: str, destination: str, spark: Any = None) -> dict[str, list[str]]:
-    """``chain.json`` of a night at ``destination`` that continues ``previous``: the previous run's chain and
-    the previous run, siblings of ``destination`` by name."""
-    parent = _absolute(_parent(destination))
-    names = []
-    for run in chain_runs(previous, spark):
-        full = _absolute(run)
-        names.append(full.rpartition("/")[2] if _parent(full) == parent else full)
-    return {"runs": names}
+    """``chain.json`` of a night at ``destination`` that continues ``previous``: the names of the previous run's
+    chain and of the previous run, all beside ``destination``.
+
+    Raises
+    ------
+    ConfigError
+        When ``previous`` is not beside ``destination`` (:func:`check_outside_chain` refuses such a night first).
+    """
+    if not _beside(previous, destination):
+        raise ConfigError(_not_beside(destination, previous))
+    return {"runs": [_absolute(run).rpartition("/")[2] for run in chain_runs(previous, spark)]}
+
+
+def _not_beside(destination: str, previous: str) -> str:
+    return (f"--output {destination!r} is not in the folder of the run this incremental night continues "
+            f"({previous!r}): a night's answer is read from the runs beside it, by name; write each night into "
+            f"the folder of the runs it continues (--output ROOT --run-id DATE, with --warm-start ROOT or none), "
+            "or refit in full (--full-refit)")
 
 
 def check_outside_chain(destination: str, previous: str, spark: Any = None) -> None:
-    """Refuse an incremental night whose ``destination`` is ``previous`` or a run of its chain: the night writes
-    only the items it fitted and its answer reads the rest from those runs.
+    """Refuse an incremental night whose ``destination`` is not beside ``previous``, or is ``previous`` or a run
+    of its chain: the night writes only the items it fitted and its answer reads the rest from those runs.
 
     Raises
     ------
@@ -87,6 +175,8 @@ def check_outside_chain(destination: str, previous: str, spark: Any = None) -> N
                           f"{previous!r}): a night writes only the items it fitted and reads the rest of its answer "
                           "from those runs, so it cannot replace one; write each night to its own folder "
                           "(--output ROOT --run-id DATE), or refit in full (--full-refit)")
+    if not _beside(previous, destination):
+        raise ConfigError(_not_beside(destination, previous))
 
 
 def resolve_run(output: str, spark: Any = None) -> str:
@@ -97,8 +187,6 @@ def resolve_run(output: str, spark: Any = None) -> str:
     InputError
         When ``output`` is neither a result nor a run root with a latest run.
     """
-    from crowdspark.io.runs import read_latest
-
     files = files_for(output, spark, "the output")
     output = output.rstrip("/")
     if files.exists(f"{output}/items"):

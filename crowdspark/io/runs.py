@@ -13,17 +13,24 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+import os
 import re
+import unicodedata
 import uuid
 from typing import Any
 
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.files import Files, files_for
+from crowdspark.io.lock import LOCK_PREFIX
 from crowdspark.io.marker import RESULT, delete_owned, owned_kind
+from crowdspark.io.paths import is_local, strip_file_scheme
 
 __all__ = [
     "LATEST",
+    "NAME_MAX",
+    "check_run_id",
     "run_directory",
+    "resolves_beside",
     "parse_as_of",
     "default_as_of",
     "read_latest",
@@ -39,12 +46,66 @@ _RUN = re.compile(r"run_id=(?P<id>[^/]+)")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
+#: the longest name of one folder or file on the filesystems crowdspark writes (local, HDFS, object stores), bytes
+NAME_MAX = 255
+
+
+def _longest_sibling(name: str) -> int:
+    """Bytes of the longest name crowdspark gives a path beside the folder ``name``: its staging and set-aside
+    folders (``<prefix><name>-<12 hex>``, :mod:`crowdspark.io.sink`) and its lock (:mod:`crowdspark.io.lock`)."""
+    from crowdspark.io.sink import OLD_PREFIX, STAGING_PREFIX
+
+    size = len(name.encode("utf-8"))
+    return max(size, len(LOCK_PREFIX) + size, max(len(STAGING_PREFIX), len(OLD_PREFIX)) + size + 13)
+
+
+def check_run_id(run_id: Any) -> None:
+    """Refuse a run id that cannot name a run folder ``run_id=<id>`` and its siblings.
+
+    A run id is a plain name: not blank, no space at either end, no control character (a newline, a tab), no
+    ``/``, ``\\`` or ``=``, not starting with ``.`` or ``_`` (hidden and staging names), and short enough that
+    ``run_id=<id>`` and the staging, set-aside and lock names beside it fit in :data:`NAME_MAX` bytes.
+
+    Raises
+    ------
+    ConfigError
+    """
+    shown = run_id if not isinstance(run_id, str) or len(run_id) <= 60 else f"{run_id[:60]}..."
+    if not isinstance(run_id, str) or not run_id.strip():
+        problem = "a plain name such as 2026-11-25, not blank"
+    elif run_id != run_id.strip():
+        problem = "a plain name such as 2026-11-25, without spaces at either end"
+    elif any(unicodedata.category(ch).startswith("C") for ch in run_id):
+        problem = "a plain name such as 2026-11-25, without control characters (newline, tab)"
+    elif any(ch in run_id for ch in "/\\=") or run_id.startswith((".", "_")):
+        problem = "a plain name such as 2026-11-25 (no '/', '\\', '=', leading '.' or '_')"
+    elif _longest_sibling(f"run_id={run_id}") > NAME_MAX:
+        longest = NAME_MAX - _longest_sibling("run_id=")
+        problem = (f"at most {longest} bytes (a folder name holds {NAME_MAX} bytes, with the run_id= prefix and the "
+                   f"names of its staging and lock siblings), but is {len(run_id.encode('utf-8'))} bytes long")
+    else:
+        return
+    raise ConfigError(f"--run-id must be {problem}, but got {shown!r}")
+
+
 def run_directory(output_dir: str, run_id: str) -> str:
-    """Where run ``run_id`` writes: ``<output_dir>/run_id=<run_id>``."""
-    if not run_id or any(ch in run_id for ch in "/\\=") or run_id.startswith((".", "_")):
-        raise ConfigError(f"--run-id must be a plain name such as 2026-11-25 (no '/', '=', leading '.' or '_'), but "
-                          f"got {run_id!r}")
+    """Where run ``run_id`` writes: ``<output_dir>/run_id=<run_id>`` (``run_id`` checked by :func:`check_run_id`).
+
+    Raises
+    ------
+    ConfigError
+    """
+    check_run_id(run_id)
     return f"{output_dir.rstrip('/')}/run_id={run_id}"
+
+
+def resolves_beside(folder: str, path: str) -> bool:
+    """Whether the local ``path`` resolves (symbolic links followed) to an entry of the folder ``folder``; other
+    filesystems have no links to follow, and their paths are checked by name."""
+    if not (is_local(folder) and is_local(path)):
+        return True
+    real = os.path.realpath(strip_file_scheme(path).rstrip("/"))
+    return os.path.dirname(real) == os.path.realpath(strip_file_scheme(folder).rstrip("/") or "/")
 
 
 def parse_as_of(text: str, what: str = "--as-of") -> _dt.date:
@@ -70,25 +131,57 @@ def default_as_of(run_id: str | None, today: _dt.date | None = None) -> _dt.date
 
 
 def read_latest(root: str, spark: Any = None) -> dict[str, Any] | None:
-    """``_LATEST.json`` of the run root ``root`` (with ``path`` made absolute), or ``None`` when there is none.
+    """``_LATEST.json`` of the run root ``root`` with ``path`` made ``<root>/run_id=<run_id>``, or ``None`` when
+    there is none.
+
+    The run id locates the run; ``path`` must name that run (``run_id=<run_id>``, or a path ending in it
+    without ``..``, as older pointers held), and the run must resolve to a folder of ``root`` (no symbolic link
+    out of it).
 
     Raises
     ------
     InputError
-        When it cannot be read.
+        When it cannot be read, holds the wrong types, or names a run outside ``root``.
     """
     files = files_for(root, spark)
     path = f"{root.rstrip('/')}/{LATEST}"
     if not files.exists(path):
         return None
+    fix = "delete it, and the next run writes it again (or give the run's own folder)"
     try:
         latest = json.loads(files.read_bytes(path).decode("utf-8"))
-        run_id = latest["run_id"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{path!r} is not a readable crowdspark pointer ({exc}); delete it, the next run writes "
-                         "it again") from exc
-    # the run id locates the run (a 0.1 pointer's path was relative to that run's working directory)
-    return {**latest, "path": run_directory(root, run_id)}
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path!r} is not a readable crowdspark pointer ({exc}); {fix}") from exc
+    problem = _pointer_problem(latest)
+    if problem:
+        raise InputError(f"{path!r} is not a crowdspark pointer: {problem}; {fix}")
+    run = run_directory(root, latest["run_id"])
+    if not resolves_beside(root, run):
+        raise InputError(f"{path!r} names the run {run!r}, which resolves to "
+                         f"{os.path.realpath(strip_file_scheme(run))!r}, outside the folder of runs {root!r}; a "
+                         f"reader follows no run out of the folder it reads: {fix}")
+    return {**latest, "path": run}
+
+
+def _pointer_problem(latest: Any) -> str | None:
+    """What is wrong with a parsed ``_LATEST.json``, or ``None``."""
+    if not isinstance(latest, dict):
+        return f"it must be a JSON object, but holds {type(latest).__name__}"
+    run_id, path, as_of = latest.get("run_id"), latest.get("path"), latest.get("as_of")
+    if not isinstance(run_id, str):
+        return f"run_id must be a string such as \"2026-11-25\", but got {run_id!r}"
+    try:
+        check_run_id(run_id)
+    except ConfigError as exc:
+        return f"its run_id is not a run's name ({str(exc).replace('--run-id ', '')})"
+    if not isinstance(path, str):
+        return f"path must be the run's folder \"run_id={run_id}\", but got {path!r}"
+    parts = path.replace("\\", "/").rstrip("/").split("/")
+    if parts[-1] != f"run_id={run_id}" or ".." in parts:
+        return f"path {path!r} is not the folder of its run_id {run_id!r} in this folder (run_id={run_id})"
+    if as_of is not None and not (isinstance(as_of, str) and _DATE.fullmatch(as_of)):
+        return f"as_of must be a date such as \"2026-11-25\", but got {as_of!r}"
+    return None
 
 
 def write_latest(root: str, run_id: str, as_of: _dt.date, spark: Any = None) -> bool:
@@ -164,7 +257,11 @@ def prune_runs(root: str, keep: int, spark: Any = None) -> list[str]:
     runs = sorted(((_as_of_of(files, path), run_id, path) for run_id, path in _runs(files, root).items()),
                   reverse=True)
     kept = [path for _, run_id, path in runs[:keep]] + ([latest["path"]] if latest is not None else [])
-    needed = {run.rstrip("/").rpartition("/")[2] for path in kept for run in chain_runs(path, spark, check=False)}
+    try:
+        needed = {run.rstrip("/").rpartition("/")[2] for path in kept for run in chain_runs(path, spark, check=False)}
+    except InputError as exc:
+        log.warning("retention: no run deleted, the runs a kept night builds on are not known: %s", exc)
+        return []
     deleted = []
     for _, run_id, path in runs[keep:]:
         if (latest is not None and run_id == latest["run_id"]) or f"run_id={run_id}" in needed:

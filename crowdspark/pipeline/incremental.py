@@ -36,7 +36,7 @@ from crowdspark.config import RunConfig
 from crowdspark.engine.base import WrittenItems
 from crowdspark.engine.carry import Carried, carried_stats, carry_block, responsibilities_fn
 from crowdspark.errors import ConfigError, IncompatibleModelError, InputError
-from crowdspark.io.chain import CHAIN_FILE, chain_payload, chain_runs
+from crowdspark.io.chain import CHAIN_FILE, ITEMS_SCOPE, chain_payload, chain_runs
 from crowdspark.io.paths import is_local
 from crowdspark.io.rules import MAX_CLASSES, Encoding
 from crowdspark.io.saved_model import SavedModel, load_saved_model, worker_index_map
@@ -237,15 +237,6 @@ def _refused(config: RunConfig, message: str, previous: str | None) -> NightPlan
         raise IncompatibleModelError(f"{message}; {FULL_REFIT}")
     log.warning("%s; refitting in full (nightly.on_incompatible = \"cold\")", message)
     return NightPlan(True, f"{message}; refitted in full (nightly.on_incompatible = \"cold\")", previous)
-
-
-#: the summary's ``items_scope``: whether ``items/`` is the whole answer (a full refit) or a night's delta
-ITEMS_SCOPE = {
-    True: "all: items/ holds every item of the result",
-    False: ("fitted this night: items/ holds only the items this night fitted (new or revisited); the whole answer "
-            "is the newest row of each item over the runs of _incremental/chain.json and this one: read it with "
-            "crowdspark.read_items(OUTPUT) or `crowdspark items OUTPUT`"),
-}
 
 
 class _Refit(Exception):

@@ -167,6 +167,14 @@ def _newest_day(inputs: dict[str, Any]) -> str | None:
     return max(days) if days else None
 
 
+def _previous_name(previous: dict[str, Any]) -> str:
+    """The previous run as a message names it: its run id, else its folder (a run without --run-id), and its
+    as-of date when it recorded one."""
+    run_id, as_of = previous.get("run_id"), previous.get("as_of")
+    name = f"run {run_id!r}" if run_id else f"the previous run {previous.get('path')!r}"
+    return f"{name} (as of {as_of})" if as_of else name
+
+
 def check_new_data(manifest: dict[str, Any], policy: str, prepared: Prepared | None) -> None:
     """Warn (``policy = "warn"``) or stop (``"fail"``) when the run read nothing newer than its previous run.
 
@@ -190,8 +198,7 @@ def check_new_data(manifest: dict[str, Any], policy: str, prepared: Prepared | N
         detail = "its input files are the previous run's (same number, bytes and times)"
     if not stale:
         return
-    message = (f"no new data since run {previous.get('run_id')!r} (as of {previous.get('as_of')}): {detail}; the "
-               "labels are fitted again")
+    message = f"no new data since {_previous_name(previous)}: {detail}; the labels are fitted again"
     if policy == "fail":
         if prepared is not None:
             prepared.engine.close()

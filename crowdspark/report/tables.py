@@ -15,7 +15,7 @@ import pandas as pd
 
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.paths import is_local, strip_file_scheme
-from crowdspark.io.runs import LATEST
+from crowdspark.io.runs import read_latest
 
 __all__ = ["resolve_run_dir", "read_summary", "table_format", "read_workers", "item_columns", "item_batches", "read_queue"]
 
@@ -31,17 +31,16 @@ def resolve_run_dir(path: str) -> str:
     ConfigError
         For a path the driver cannot read as a local folder.
     InputError
-        When ``path`` holds no ``summary.json`` (neither a result nor a run root with a latest run).
+        When ``path`` holds no ``summary.json`` (neither a result nor a run root with a latest run), or its
+        ``_LATEST.json`` is not a pointer to a run of its own (:func:`crowdspark.io.runs.read_latest`).
     """
     if not is_local(path):
         raise ConfigError(f"the report reads a local run directory, but got {path!r}; copy the result to local disk "
                           "(e.g. hdfs dfs -get, aws s3 cp --recursive) and give that folder")
     local = strip_file_scheme(path).rstrip("/") or "/"
-    latest = os.path.join(local, LATEST)
-    if not os.path.exists(os.path.join(local, "summary.json")) and os.path.exists(latest):
-        with open(latest, encoding="utf-8") as handle:
-            run = json.load(handle).get("path", "")
-        local = run if os.path.isabs(run) else os.path.join(local, run)
+    if not os.path.exists(os.path.join(local, "summary.json")):
+        latest = read_latest(local)  # refuses a pointer out of the folder of runs
+        local = latest["path"] if latest is not None else local
     if not os.path.exists(os.path.join(local, "summary.json")):
         raise InputError(f"{path!r} holds no summary.json: give the --output folder of a crowdspark aggregate run "
                          "(or the folder of --run-id runs, whose latest run is then reported)")
