@@ -107,3 +107,16 @@ def test_the_command_line_lists_every_registered_algorithm():
     assert "chosen among [1, 2] by BIC" in listing["dds"]["parameters"]["n_levels"]["default"]
     assert main(["algorithms"]) == 0
     assert CLI == "cli"
+
+
+def test_every_face_runs_one_default_algorithm():
+    import inspect
+
+    from crowdspark.config import DEFAULT_ALGORITHM, RunConfig, load_config
+
+    assert ml.CrowdAggregator().getAlgorithm() == DEFAULT_ALGORITHM
+    assert inspect.signature(ml.aggregate_df).parameters["algorithm"].default == DEFAULT_ALGORITHM
+    assert api.Aggregator().algorithm == DEFAULT_ALGORITHM
+    assert RunConfig().algorithm == load_config().algorithm == DEFAULT_ALGORITHM
+    args = build_parser().parse_args(["aggregate", "--labels", "x.csv", "--output", "o"])
+    assert load_config(args.config, args.overrides, algorithm=args.algorithm).algorithm == DEFAULT_ALGORITHM

@@ -14,7 +14,7 @@ import crowdspark.ml as ml
 from crowdspark.models.registry import algorithm_names
 from crowdspark.api import Aggregator
 from crowdspark.quality import ITEM_COLUMNS
-from crowdspark.config import load_config
+from crowdspark.config import DEFAULT_ALGORITHM, load_config
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.rules import Encoding
 from crowdspark.ml import (
@@ -45,7 +45,7 @@ CASES = {"ds": {}, "mv": {}, "idbla": {"burn_in": 5, "n_samples": 5}, "glad": {"
 def test_params_have_docs_and_the_command_line_defaults():
     agg = CrowdAggregator()
     expected = {
-        "itemCol": "item", "workerCol": "worker", "labelCol": "label", "algorithm": "ds", "seed": 0,
+        "itemCol": "item", "workerCol": "worker", "labelCol": "label", "algorithm": DEFAULT_ALGORITHM, "seed": 0,
         "algorithmParams": "{}", "classes": [], "partitions": 0, "maxBlockLabels": 2_000_000,
         "checkpointInterval": 10, "handleUnknownWorkers": "error",
     }
@@ -346,7 +346,7 @@ def test_input_errors_are_the_command_lines(spark, labels):
     [
         ({"algorithm": "nope"}, r"algorithm must be one of \[.*'ds'.*\], but got 'nope'"),
         ({"algorithmParams": {"max_iter": 0}}, r"^maxIter must be an integer >= 1, but got 0"),
-        ({"algorithmParams": {"maxiter": 5}}, r"unknown parameter\(s\) maxiter for algorithm 'ds'; known: maxIter, "),
+        ({"algorithmParams": {"maxiter": 5}}, r"unknown parameter\(s\) maxiter for algorithm 'ads'; known: maxIter, "),
         ({"seed": -1}, r"seed must be an integer >= 0, but got -1"),
         ({"partitions": -2}, r"^partitions must be an integer >= 0, but got -2"),
     ],

@@ -16,6 +16,7 @@ from pyspark.ml.util import (
 from pyspark.sql import DataFrame
 
 from crowdspark.block import DEFAULT_MAX_BLOCK_LABELS
+from crowdspark.config import DEFAULT_ALGORITHM
 from crowdspark.docstrings import field_docs
 from crowdspark.errors import ConfigError
 from crowdspark.faces import ML, camel, using_face
@@ -36,7 +37,8 @@ class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultPara
     Parameters
     ----------
     algorithm : str
-        A name from ``crowdspark algorithms`` (default ``"ds"``).
+        A name from ``crowdspark algorithms`` (default :data:`crowdspark.config.DEFAULT_ALGORITHM`, ``"ads"``, as
+        on the command line).
     itemCol, workerCol, labelCol : str
         Columns of the labels DataFrame (defaults ``item``, ``worker``, ``label``).
     seed : int
@@ -59,7 +61,7 @@ class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultPara
     {'tol': 1e-08}
     """
 
-    _default_algorithm = "ds"
+    _default_algorithm = DEFAULT_ALGORITHM
 
     @keyword_only
     def __init__(
@@ -268,7 +270,7 @@ def fit_model(
 
 def aggregate_df(
     labels_df: DataFrame,
-    algorithm: str = "ds",
+    algorithm: str = DEFAULT_ALGORITHM,
     *,
     gold_df: DataFrame | None = None,
     seed: int = 0,

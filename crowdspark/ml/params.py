@@ -10,7 +10,7 @@ from typing import Any
 from pyspark.ml.param import Param, Params, TypeConverters
 
 from crowdspark.block import DEFAULT_MAX_BLOCK_LABELS
-from crowdspark.config import EngineConfig, GoldConfig, InputConfig, RunConfig, SparkConfig
+from crowdspark.config import DEFAULT_ALGORITHM, EngineConfig, GoldConfig, InputConfig, RunConfig, SparkConfig
 from crowdspark.errors import ConfigError
 from crowdspark.models.registry import algorithm_names
 from crowdspark.validation import check_choice, check_int
@@ -108,7 +108,7 @@ class CrowdParams(Params):
             itemCol="item",
             workerCol="worker",
             labelCol="label",
-            algorithm="ds",
+            algorithm=DEFAULT_ALGORITHM,
             seed=0,
             algorithmParams="{}",
             classes=[],
