@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from crowdspark.config import GoldConfig, InputConfig, RelabelConfig, RunConfig
+from crowdspark.config import DEFAULT_ALGORITHM, GoldConfig, InputConfig, RelabelConfig, RunConfig
 from crowdspark.docstrings import field_docs
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.faces import CROWDKIT_ALIASES, PANDAS, using_face
@@ -50,6 +50,7 @@ from crowdspark.io.worker_table import WorkerTable, worker_table_from_frame
 from crowdspark.models.registry import MODELS, check_params, hyperparameters, model_class
 from crowdspark.pipeline import RunOptions, RunResult, aggregate_frames
 from crowdspark.pipeline.quality import relabel_queue
+from crowdspark.validation import check_choice, check_float
 
 __all__ = ["Aggregator", "CLASSES", "read_items"]
 
@@ -77,7 +78,8 @@ class Aggregator:
     Parameters
     ----------
     algorithm : str
-        A name from ``crowdspark algorithms`` (``mv``, ``ds`` ...).
+        A name from ``crowdspark algorithms`` (``mv``, ``ds`` ...); default
+        :data:`crowdspark.config.DEFAULT_ALGORITHM` (``ads``), as in every face.
     seed : int
         Seed of every random choice (crowd-kit's ``random_state`` is accepted for it).
     item : str, optional
@@ -106,7 +108,7 @@ class Aggregator:
 
     def __init__(
         self,
-        algorithm: str,
+        algorithm: str = DEFAULT_ALGORITHM,
         *,
         seed: int = 0,
         item: str | None = None,
@@ -227,17 +229,17 @@ class Aggregator:
 
     def _fitted(self, run: RunResult, data: pd.DataFrame, item: str) -> None:
         """The fitted attributes, in crowd-kit's layouts and the frames' own values."""
-        items = run.items.set_index("item")
         tasks, workers, classes = (_originals(data[c]) for c in (item, self.worker, self.label))
         self.summary_ = run.summary
         self.classes_ = [classes.get(c, c) for c in run.summary["classes"]]
-        task_index = pd.Index([tasks.get(t, t) for t in items.index], name=item)
-        self.labels_ = pd.Series([classes.get(c, c) for c in items["label"]], index=task_index, name="agg_label")
-        self.probas_ = pd.DataFrame(np.asarray(list(items["posterior"]), dtype=np.float64).reshape(len(items), -1),
+        task_index = _index([tasks.get(t, t) for t in run.items["item"]], data[item], item)
+        worker_index = _index([workers.get(w, w) for w in run.workers["worker"]], data[self.worker], "worker")
+        labels = _values([classes.get(c, c) for c in run.items["label"]], data[self.label])
+        self.labels_ = pd.Series(labels, index=task_index, name="agg_label")
+        self.probas_ = pd.DataFrame(np.asarray(list(run.items["posterior"]), dtype=np.float64).reshape(len(labels), -1),
                                     index=task_index, columns=pd.Index(self.classes_, name="label"))
-        self.items_ = items
-        self.workers_ = run.workers.set_index("worker")
-        worker_index = pd.Index([workers.get(w, w) for w in self.workers_.index], name="worker")
+        self.items_ = run.items.drop(columns="item").assign(label=labels).set_axis(task_index)
+        self.workers_ = run.workers.drop(columns="worker").set_axis(worker_index)
         skill = "skill" if "skill" in self.workers_.columns else "accuracy"
         self.skills_ = pd.Series(self.workers_[skill].to_numpy(), index=worker_index, name="skill")
         if "confusion" in self.workers_.columns:
@@ -254,8 +256,8 @@ class Aggregator:
         self.quality_ = run.summary.get("quality")
         if self.quality_ is not None:
             queue = relabel_queue(run.items, self.quality_["relabel"]["budget"])
-            queue["item"] = [tasks.get(t, t) for t in queue["item"]]
-            queue["label"] = [classes.get(c, c) for c in queue["label"]]
+            queue["item"] = _values([tasks.get(t, t) for t in queue["item"]], data[item])
+            queue["label"] = _values([classes.get(c, c) for c in queue["label"]], data[self.label])
             self.relabel_ = queue.rename(columns={"item": item})
 
     def _model_attributes(self, task_index: pd.Index, worker_index: pd.Index) -> None:
@@ -301,6 +303,18 @@ def _text(values: pd.Series, column: str) -> np.ndarray:
     return canonical_values(values.reset_index(drop=True), "data", "<DataFrame>", column)
 
 
+def _values(values: list[Any], column: pd.Series) -> Any:
+    """``values`` (taken from ``column``) in ``column``'s dtype, (n,)."""
+    if isinstance(column.dtype, np.dtype):
+        return np.asarray(values, dtype=column.dtype)
+    return pd.array(values, dtype=column.dtype)
+
+
+def _index(values: list[Any], column: pd.Series, name: str) -> pd.Index:
+    """An index of ``values`` (ids taken from ``column``) in ``column``'s dtype, named ``name``."""
+    return pd.Index(_values(values, column), name=name)
+
+
 def _originals(column: pd.Series) -> dict[str, Any]:
     """Canonical text -> the value as given, for a column whose values are not all strings (else empty: the
     text is the value)."""
@@ -343,10 +357,139 @@ def _errors_frame(confusion: pd.Series, workers: pd.Index, classes: list[Any], p
     return pd.DataFrame(matrices[k, :, g], index=index, columns=list(classes))
 
 
+#: crowd-kit's rules for the labels of a worker without a skill in ``MajorityVote.fit(data, skills)``
+SKILL_RULES = ("error", "ignore", "value")
+
+
+class _SkillWeightedVote(Aggregator):
+    """The base of :class:`MajorityVote`: crowd-kit's ``fit(data, skills)``, a vote weighted by given skills.
+
+    Parameters
+    ----------
+    on_missing_skill : {"error", "ignore", "value"}
+        crowd-kit's: what ``fit(data, skills)`` does with the labels of a worker ``skills`` does not list:
+        refuse them, leave them out of the vote, or weigh them ``default_skill``.
+    default_skill : float, optional
+        The skill of such a worker with ``on_missing_skill="value"``.
+    """
+
+    def __init__(self, algorithm: str, *args: Any, on_missing_skill: str = "error",
+                 default_skill: float | None = None, **kwargs: Any) -> None:
+        super().__init__(algorithm, *args, **kwargs)
+        with using_face(PANDAS):
+            check_choice("on_missing_skill", on_missing_skill, SKILL_RULES)
+            if (on_missing_skill == "value") != (default_skill is not None):
+                raise ConfigError(f"default_skill is the skill of the workers skills does not list, with "
+                                  f"on_missing_skill='value' only; but got on_missing_skill={on_missing_skill!r} "
+                                  f"and default_skill={default_skill!r}")
+            if default_skill is not None:
+                check_float("default_skill", default_skill)
+        self.on_missing_skill, self.default_skill = on_missing_skill, default_skill
+
+    def fit(self, data: pd.DataFrame, skills: pd.Series | None = None, *, true_labels: pd.Series | None = None,
+            initial_error: pd.DataFrame | None = None, gold: pd.DataFrame | None = None) -> Aggregator:
+        """Fit on a labels frame; with ``skills`` (crowd-kit's), the vote of each label weighs its worker's skill.
+
+        Parameters
+        ----------
+        data : DataFrame
+        skills : Series, optional
+            Each worker's skill (indexed by worker): the answer of a task is the class whose labels' skills sum
+            highest (ties: the first in the class order, as crowd-kit), its posterior the sums' shares (uniform
+            where they sum to 0 or less).  The fit then holds crowd-kit's attributes only: ``labels_``,
+            ``probas_``, ``classes_`` and ``skills_`` (each worker's agreement with ``labels_``).  A DataFrame
+            here is ``gold``.
+        true_labels, initial_error, gold
+            As :meth:`Aggregator.fit`, without ``skills``.
+        """
+        if isinstance(skills, pd.DataFrame) and gold is None:
+            skills, gold = None, skills
+        if skills is None:
+            return super().fit(data, true_labels, initial_error, gold=gold)
+        if true_labels is not None or initial_error is not None or gold is not None:
+            raise ConfigError("skills weigh a plain vote: give them without true_labels, initial_error or gold")
+        super().fit(data)
+        with using_face(PANDAS):
+            weight = self._label_weights(data, skills)
+        self._weighted(data, weight)
+        return self
+
+    def _label_weights(self, data: pd.DataFrame, skills: Any) -> np.ndarray:
+        """The skill of each label's worker, float64 (n_labels,); NaN: left out of the vote."""
+        if not isinstance(skills, pd.Series):
+            raise InputError(f"skills: pass a pandas Series of skills indexed by worker, but got a "
+                             f"{type(skills).__name__}; e.g. pd.Series({{'w1': 0.9}})")
+        values = pd.to_numeric(skills, errors="coerce").to_numpy(dtype=np.float64)
+        if not np.isfinite(values).all():
+            bad = skills[~np.isfinite(values)]
+            raise InputError(f"skills: every skill must be a finite number, but worker {bad.index[0]!r} has "
+                             f"{bad.iloc[0]!r}")
+        known = pd.Series(values, index=_text(pd.Series(skills.index), "worker"))
+        if known.index.duplicated().any():
+            raise InputError(f"skills: worker {known.index[known.index.duplicated()][0]!r} is listed twice; "
+                             "give each worker one skill")
+        weight = known.reindex(_text(data[self.worker], self.worker)).to_numpy()
+        missing = np.isnan(weight)
+        if missing.any() and self.on_missing_skill == "error":
+            workers = list(dict.fromkeys(data[self.worker].to_numpy()[missing]))
+            raise InputError(f"skills: {int(missing.sum())} labels are by workers without a skill, e.g. "
+                             f"{workers[:3]!r}; list them in skills, or build the model with "
+                             "on_missing_skill='ignore' (leave their labels out) or on_missing_skill='value', "
+                             "default_skill=... (weigh them that)")
+        if self.on_missing_skill == "value":
+            weight[missing] = self.default_skill
+        return weight
+
+    def _weighted(self, data: pd.DataFrame, weight: np.ndarray) -> None:
+        """crowd-kit's weighted vote over the fitted tasks and classes: ``labels_``, ``probas_``, ``skills_``."""
+        item = self.labels_.index.name
+        counted = ~np.isnan(weight)
+        frame = pd.DataFrame({"task": _text(data[item], item), "label": _text(data[self.label], self.label),
+                              "weight": weight})[counted]
+        classes = self.summary_["classes"]
+        scores = frame.pivot_table(index="task", columns="label", values="weight", aggfunc="sum", fill_value=0.0)
+        order = _text(pd.Series(self.labels_.index), item)
+        unvoted = sorted(set(order) - set(scores.index))
+        if unvoted:
+            raise InputError(f"skills: the tasks {unvoted[:3]!r} have no label by a worker with a skill "
+                             "(on_missing_skill='ignore'); give their workers skills or leave them out of data")
+        scores = scores.reindex(index=order, columns=classes, fill_value=0.0).to_numpy(dtype=np.float64)
+        total = scores.sum(axis=1, keepdims=True)
+        positive = total[:, 0] > 0
+        probas = np.full(scores.shape, 1.0 / len(classes))
+        probas[positive] = scores[positive] / total[positive]
+        labels = np.asarray(self.classes_, dtype=object)[probas.argmax(axis=1)]
+        self.labels_ = pd.Series(_values(list(labels), data[self.label]), index=self.labels_.index, name="agg_label")
+        self.probas_ = pd.DataFrame(probas, index=self.labels_.index, columns=self.probas_.columns)
+        agree = pd.Series(data[self.label].to_numpy() == self.labels_.reindex(data[item]).to_numpy())
+        accuracy = agree.groupby(data[self.worker].to_numpy()).mean()
+        self.skills_ = pd.Series(accuracy.to_numpy(dtype=np.float64),
+                                 index=pd.Index(_values(list(accuracy.index), data[self.worker]), name="worker"),
+                                 name="skill")
+        for attr in [a for a in vars(self) if a.endswith("_") and a not in _WEIGHTED_VOTE_ATTRIBUTES]:
+            delattr(self, attr)
+
+    def fit_predict(self, data: pd.DataFrame, skills: pd.Series | None = None, **kwargs: Any) -> pd.Series:
+        """Fit and return the inferred label of each task (``labels_``)."""
+        return self.fit(data, skills, **kwargs).labels_
+
+    def fit_predict_proba(self, data: pd.DataFrame, skills: pd.Series | None = None, **kwargs: Any) -> pd.DataFrame:
+        """Fit and return the posterior of each task (``probas_``: rows tasks, columns classes)."""
+        return self.fit(data, skills, **kwargs).probas_
+
+
+#: what a fit with skills holds (crowd-kit's MajorityVote's attributes)
+_WEIGHTED_VOTE_ATTRIBUTES = ("labels_", "probas_", "skills_", "classes_")
+
+#: the base of the class of an algorithm whose crowd-kit method takes more than :class:`Aggregator`
+_BASES: dict[str, type[Aggregator]] = {"mv": _SkillWeightedVote}
+
+
 def _face_class(model: type) -> type[Aggregator]:
     """The class of the pandas API for one registered model: its fields are its keyword arguments."""
     name = model.name
     defaults = hyperparameters(name)
+    base = _BASES.get(name, Aggregator)
 
     def __init__(self, **kwargs: Any) -> None:
         if "algorithm" in kwargs:
@@ -354,7 +497,7 @@ def _face_class(model: type) -> type[Aggregator]:
                 f"{type(self).__name__} always runs {name!r}; for another algorithm use "
                 f"Aggregator({kwargs['algorithm']!r}) or its own class"
             )
-        Aggregator.__init__(self, name, **kwargs)
+        base.__init__(self, name, **kwargs)
 
     common = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=default) for key, default in
               (("seed", 0), ("item", None), ("worker", "worker"), ("label", "label"), ("classes", None),
@@ -368,7 +511,7 @@ def _face_class(model: type) -> type[Aggregator]:
     doc = (f"{model.title[:1].upper()}{model.title[1:]} (``{name}``): {model.description}.\n\n"
            f"Parameters\n----------\n{parameters}\nseed, item, worker, label, classes, gold_fit_fraction, "
            "gold_split_seed, random_state, initial_error_strategy\n    As :class:`Aggregator`.\n")
-    return type(model.api_name, (Aggregator,), {"__init__": __init__, "__doc__": doc, "__module__": __name__,
+    return type(model.api_name, (base,), {"__init__": __init__, "__doc__": doc, "__module__": __name__,
                                                 "algorithm_name": name})
 
 

@@ -220,3 +220,29 @@ def test_glads_crowd_kit_preset_stops_where_crowd_kit_stops_with_its_answers():
     both = untied(theirs.probas_, index) & untied(ours.probas_.rename(columns=str), index)
     assert both.mean() > 0.9
     assert (ours.labels_.loc[index][both] == theirs.labels_.loc[index][both]).all()
+
+
+def test_majority_votes_skills_weigh_the_vote_as_crowd_kits_weighted_vote():
+    from crowdspark.api import MajorityVote
+
+    data = pd.read_csv(DATA / "bluebird" / "labels.csv").rename(columns={"item": "task"})
+    rng = np.random.default_rng(0)
+    workers = np.sort(data["worker"].unique())
+    skills = pd.Series(rng.uniform(0.0, 1.0, len(workers)), index=pd.Index(workers, name="worker"))
+    theirs = crowdkit.MajorityVote().fit(data, skills)
+    ours = MajorityVote().fit(data, skills)
+    index = theirs.labels_.index
+    assert sorted(ours.labels_.index) == sorted(index)
+    both = untied(theirs.probas_, index) & untied(ours.probas_, index)
+    assert both.mean() > 0.9
+    pd.testing.assert_series_equal(ours.labels_.loc[index], theirs.labels_, check_names=False)
+    np.testing.assert_allclose(ours.probas_.loc[index, theirs.probas_.columns].to_numpy(),
+                               theirs.probas_.to_numpy())
+    pd.testing.assert_series_equal(ours.skills_.sort_index(), theirs.skills_.sort_index())
+    unweighted = MajorityVote().fit(data)
+    assert (unweighted.labels_.loc[index][both] != ours.labels_.loc[index][both]).any()
+    # the second positional argument is skills, never gold: skills of 1.0 are the plain vote
+    ones = MajorityVote().fit_predict(data, pd.Series(1.0, index=workers))
+    plain = crowdkit.MajorityVote().fit_predict(data)
+    tied = ~untied(unweighted.probas_, index)
+    assert (ones.loc[index][~tied] == plain[~tied]).all()
