@@ -34,6 +34,7 @@ item in the relabel queue's order, docs/quality.md).  Tasks, workers and classes
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import Any, ClassVar
 
 import numpy as np
@@ -42,7 +43,7 @@ import pandas as pd
 from crowdspark.config import DEFAULT_ALGORITHM, GoldConfig, InputConfig, RelabelConfig, RunConfig
 from crowdspark.docstrings import field_docs
 from crowdspark.errors import ConfigError, InputError
-from crowdspark.faces import CROWDKIT_ALIASES, PANDAS, using_face
+from crowdspark.faces import CROWDKIT_ALIASES, CROWDKIT_IGNORED, CROWDKIT_POSITIONAL, PANDAS, using_face
 from crowdspark.io.cells import canonical_values
 from crowdspark.io.chain import read_items
 from crowdspark.io.rules import order_classes
@@ -66,6 +67,18 @@ def _canonical(name: str, params: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"{field} is given twice (as {field} and as {key}); give it once")
         out[field] = value
     return out
+
+
+def _without_ignored(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` without crowd-kit's parameters that have no meaning here (:data:`CROWDKIT_IGNORED`), after
+    one warning that names them and says what crowdspark does instead."""
+    meanings = CROWDKIT_IGNORED.get(model_class(name).api_name, {})
+    ignored = [key for key in params if key in meanings]
+    if ignored:
+        reasons = "; ".join(f"{key}: {meanings[key]}" for key in ignored)
+        warnings.warn(f"{model_class(name).api_name} accepts crowd-kit's {', '.join(ignored)} but does not use "
+                      f"{'it' if len(ignored) == 1 else 'them'} ({reasons})", UserWarning, stacklevel=4)
+    return {key: value for key, value in params.items() if key not in meanings}
 
 
 #: crowd-kit's initial_error strategies: ``assign`` (the matrices start the fit) is the only one crowdspark runs
@@ -135,7 +148,7 @@ class Aggregator:
                     f"initial_error_strategy must be one of {list(_STRATEGIES)}, but got {initial_error_strategy!r}: "
                     "crowdspark starts the workers of initial_error from its matrices ('assign'); to add counts "
                     "to the data's, give the matrices as counts and fit once more")
-            self.params = check_params(algorithm, _canonical(algorithm, params))
+            self.params = check_params(algorithm, _canonical(algorithm, _without_ignored(algorithm, params)))
             self._config(item or "item", 0.0)  # the same checks as at fit time, now
 
     def _config(self, item: str, fit_fraction: float) -> RunConfig:
@@ -286,6 +299,35 @@ class Aggregator:
                 f"{what}: the DataFrame has columns named {repeated} more than once; give every column its own "
                 f"name (the columns used are {names})."
             )
+
+    def _weighted_scores(self, data: pd.DataFrame, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The vote of each fitted task with each label weighing ``weight`` (NaN: not counted), in the order of
+        ``labels_`` and ``classes_``.
+
+        Returns
+        -------
+        scores : ndarray of float64, shape (n_tasks, C)
+            Summed weights of each class's labels.
+        shares : ndarray of float64, shape (n_tasks, C)
+            ``scores`` over their sum; uniform where it is 0 or less.
+        """
+        item = self.labels_.index.name
+        counted = ~np.isnan(weight)
+        frame = pd.DataFrame({"task": _text(data[item], item), "label": _text(data[self.label], self.label),
+                              "weight": weight})[counted]
+        classes = self.summary_["classes"]
+        summed = frame.pivot_table(index="task", columns="label", values="weight", aggfunc="sum", fill_value=0.0)
+        order = _text(pd.Series(self.labels_.index), item)
+        unvoted = sorted(set(order) - set(summed.index))
+        if unvoted:
+            raise InputError(f"skills: the tasks {unvoted[:3]!r} have no label by a worker with a skill "
+                             "(on_missing_skill='ignore'); give their workers skills or leave them out of data")
+        scores = summed.reindex(index=order, columns=classes, fill_value=0.0).to_numpy(dtype=np.float64)
+        total = scores.sum(axis=1, keepdims=True)
+        positive = total[:, 0] > 0
+        shares = np.full(scores.shape, 1.0 / len(classes))
+        shares[positive] = scores[positive] / total[positive]
+        return scores, shares
 
     def fit_predict(self, data: pd.DataFrame, true_labels: pd.Series | None = None,
                     initial_error: pd.DataFrame | None = None) -> pd.Series:
@@ -443,22 +485,8 @@ class _SkillWeightedVote(Aggregator):
     def _weighted(self, data: pd.DataFrame, weight: np.ndarray) -> None:
         """crowd-kit's weighted vote over the fitted tasks and classes: ``labels_``, ``probas_``, ``skills_``."""
         item = self.labels_.index.name
-        counted = ~np.isnan(weight)
-        frame = pd.DataFrame({"task": _text(data[item], item), "label": _text(data[self.label], self.label),
-                              "weight": weight})[counted]
-        classes = self.summary_["classes"]
-        scores = frame.pivot_table(index="task", columns="label", values="weight", aggfunc="sum", fill_value=0.0)
-        order = _text(pd.Series(self.labels_.index), item)
-        unvoted = sorted(set(order) - set(scores.index))
-        if unvoted:
-            raise InputError(f"skills: the tasks {unvoted[:3]!r} have no label by a worker with a skill "
-                             "(on_missing_skill='ignore'); give their workers skills or leave them out of data")
-        scores = scores.reindex(index=order, columns=classes, fill_value=0.0).to_numpy(dtype=np.float64)
-        total = scores.sum(axis=1, keepdims=True)
-        positive = total[:, 0] > 0
-        probas = np.full(scores.shape, 1.0 / len(classes))
-        probas[positive] = scores[positive] / total[positive]
-        labels = np.asarray(self.classes_, dtype=object)[probas.argmax(axis=1)]
+        scores, probas = self._weighted_scores(data, weight)
+        labels = np.asarray(self.classes_, dtype=object)[scores.argmax(axis=1)]
         self.labels_ = pd.Series(_values(list(labels), data[self.label]), index=self.labels_.index, name="agg_label")
         self.probas_ = pd.DataFrame(probas, index=self.labels_.index, columns=self.probas_.columns)
         agree = pd.Series(data[self.label].to_numpy() == self.labels_.reindex(data[item]).to_numpy())
@@ -478,11 +506,45 @@ class _SkillWeightedVote(Aggregator):
         return self.fit(data, skills, **kwargs).probas_
 
 
+class _ScoredVote(Aggregator):
+    """The base of :class:`MMSR`: crowd-kit's ``scores_`` and ``fit_predict_score``."""
+
+    def fit(self, data: pd.DataFrame, true_labels: pd.Series | None = None,
+            initial_error: pd.DataFrame | None = None, *, gold: pd.DataFrame | None = None) -> Aggregator:
+        """As :meth:`Aggregator.fit`, and ``scores_`` (crowd-kit's): per task (rows) and class (columns), the
+        share of the skills (``skills_``) of the task's workers that gave the class (uniform where they sum to 0
+        or less)."""
+        super().fit(data, true_labels, initial_error, gold=gold)
+        weight = self.skills_.reindex(data[self.worker].to_numpy()).to_numpy(dtype=np.float64)
+        _, shares = self._weighted_scores(data, weight)
+        self.scores_ = pd.DataFrame(shares, index=self.labels_.index, columns=self.probas_.columns)
+        return self
+
+    def fit_predict_score(self, data: pd.DataFrame, true_labels: pd.Series | None = None,
+                          initial_error: pd.DataFrame | None = None) -> pd.DataFrame:
+        """Fit and return ``scores_``."""
+        return self.fit(data, true_labels, initial_error).scores_
+
+
 #: what a fit with skills holds (crowd-kit's MajorityVote's attributes)
 _WEIGHTED_VOTE_ATTRIBUTES = ("labels_", "probas_", "skills_", "classes_")
 
 #: the base of the class of an algorithm whose crowd-kit method takes more than :class:`Aggregator`
-_BASES: dict[str, type[Aggregator]] = {"mv": _SkillWeightedVote}
+_BASES: dict[str, type[Aggregator]] = {"mv": _SkillWeightedVote, "mmsr": _ScoredVote}
+
+
+def _positional(cls: str, names: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the positional ``args`` named in crowd-kit's order (``names``); TypeError as Python's."""
+    if len(args) > len(names):
+        takes = f"at most {len(names)} positional arguments ({', '.join(names)}, crowd-kit's order)" if names \
+            else "its parameters by keyword only"
+        raise TypeError(f"{cls}() takes {takes}, but {len(args)} were given")
+    out = dict(kwargs)
+    for key, value in zip(names, args):
+        if key in out:
+            raise TypeError(f"{cls}() got multiple values for argument {key!r}")
+        out[key] = value
+    return out
 
 
 def _face_class(model: type) -> type[Aggregator]:
@@ -490,8 +552,10 @@ def _face_class(model: type) -> type[Aggregator]:
     name = model.name
     defaults = hyperparameters(name)
     base = _BASES.get(name, Aggregator)
+    positional = CROWDKIT_POSITIONAL.get(model.api_name, ())
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs = _positional(type(self).__name__, positional, args, kwargs)
         if "algorithm" in kwargs:
             raise ConfigError(
                 f"{type(self).__name__} always runs {name!r}; for another algorithm use "
@@ -503,9 +567,14 @@ def _face_class(model: type) -> type[Aggregator]:
               (("seed", 0), ("item", None), ("worker", "worker"), ("label", "label"), ("classes", None),
                ("gold_fit_fraction", 0.0), ("gold_split_seed", 0), ("random_state", None),
                ("initial_error_strategy", None))]
-    fields = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=value) for key, value in defaults.items()]
+    known = {**{p.name: p.default for p in common}, **defaults, "on_missing_skill": "error"}
+    by_position = [inspect.Parameter(key, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                     default=known.get(CROWDKIT_ALIASES.get(key, key))) for key in positional]
+    fields = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=value) for key, value in defaults.items()
+              if key not in positional]
     __init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *fields, *common])
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *by_position, *fields,
+         *[p for p in common if p.name not in positional]])
     docs = field_docs(model)
     parameters = "\n".join(f"{key} : default {value!r}\n    {docs.get(key, '')}" for key, value in defaults.items())
     doc = (f"{model.title[:1].upper()}{model.title[1:]} (``{name}``): {model.description}.\n\n"
