@@ -28,7 +28,13 @@ observed label, a column per true label: ``P(label | true label)``), ``skills_``
 worker), ``priors_`` (Series ``prior`` by class), ``loss_history_``; and ``workers_`` (the worker table),
 ``classes_``, ``history_`` (per iteration), ``n_iter_``, ``converged_``, ``summary_`` (what ``summary.json``
 would hold), ``items_`` (the item table), ``quality_`` (``summary_['quality']``) and ``relabel_`` (every
-item in the relabel queue's order, docs/quality.md).  Tasks, workers and classes keep the values (and types) they have in the frames given.
+item in the relabel queue's order, docs/quality.md).  Every attribute holds the tasks, workers and classes as
+given, in the frame's dtype.
+
+The classes crowd-kit has take its positional arguments in its order (``DawidSkene(100)``,
+:data:`crowdspark.faces.CROWDKIT_POSITIONAL`) and accept its parameters that mean nothing here with one warning
+(:data:`crowdspark.faces.CROWDKIT_IGNORED`).  ``MajorityVote().fit(data, skills)`` is crowd-kit's vote weighted
+by given worker skills (gold is ``true_labels=``); ``MMSR`` adds ``scores_`` and ``fit_predict_score``.
 """
 
 from __future__ import annotations
