@@ -87,8 +87,9 @@ def _without_ignored(name: str, params: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in params.items() if key not in meanings}
 
 
-#: crowd-kit's initial_error strategies: ``assign`` (the matrices start the fit) is the only one crowdspark runs
-_STRATEGIES = (None, "assign")
+#: crowd-kit's initial_error strategies: ``assign`` (the matrices start the fit), ``addition`` (they are counts
+#: added to those of a vote-share start)
+_STRATEGIES = (None, "assign", "addition")
 
 
 class Aggregator:
@@ -111,8 +112,9 @@ class Aggregator:
         With ``fit(..., gold=frame)``: the share of the gold held fixed in the fit and the seed of that choice
         (``gold.fit_fraction``, ``gold.split_seed``); the rest scores the fit.
     initial_error_strategy : str, optional
-        crowd-kit's: ``None`` or ``"assign"`` (the matrices of ``initial_error`` start the workers it lists);
-        crowd-kit's ``"addition"`` is not offered.
+        crowd-kit's: ``None`` or ``"assign"`` (the matrices of ``initial_error`` start the workers it lists), or
+        ``"addition"`` (its values are counts added to each worker's counts against the vote shares of a
+        majority vote, crowd-kit's first M-step; every worker then starts from the sum).
     **params
         The algorithm's parameters (see ``crowdspark algorithms``), or crowd-kit's names for them.
 
@@ -151,9 +153,7 @@ class Aggregator:
                 raise ConfigError(f"seed is given twice (as seed={seed!r} and random_state={random_state!r}); give it once")
             if initial_error_strategy not in _STRATEGIES:
                 raise ConfigError(
-                    f"initial_error_strategy must be one of {list(_STRATEGIES)}, but got {initial_error_strategy!r}: "
-                    "crowdspark starts the workers of initial_error from its matrices ('assign'); to add counts "
-                    "to the data's, give the matrices as counts and fit once more")
+                    f"initial_error_strategy must be one of {list(_STRATEGIES)}, but got {initial_error_strategy!r}")
             self.params = check_params(algorithm, _canonical(algorithm, _without_ignored(algorithm, params)))
             self._config(item or "item", 0.0)  # the same checks as at fit time, now
 
@@ -200,6 +200,8 @@ class Aggregator:
             self._check_frame(data, "data", [self.item or "item", self.worker, self.label])
             item = self._item_column(data)
             gold_frame, fraction = self._gold(item, true_labels, gold)
+            if self.initial_error_strategy == "addition" and initial_error is not None:
+                initial_error = self._added_errors(data, item, true_labels, initial_error)
             options = RunOptions(initial_workers=self._initial_table(initial_error, data))
             run = aggregate_frames(self._config(item, fraction), data, gold_frame, options=options)
         self._fitted(run, data, item)
@@ -232,6 +234,18 @@ class Aggregator:
                              f"{type(true_labels).__name__}; e.g. pd.Series({{'t1': 'x'}})")
         frame = pd.DataFrame({item: true_labels.index.to_numpy(), "truth": true_labels.to_numpy()})
         return frame, 1.0
+
+    def _added_errors(self, data: pd.DataFrame, item: str, true_labels: Any, initial_error: Any) -> pd.DataFrame:
+        """crowd-kit's ``addition``: per (worker, label) and true class, the summed vote shares of a majority vote
+        (the true labels held fixed) of the items the worker gave the label, plus ``initial_error``'s counts."""
+        if not isinstance(initial_error, pd.DataFrame) or not isinstance(initial_error.index, pd.MultiIndex):
+            raise InputError("initial_error: with initial_error_strategy='addition' pass counts in crowd-kit's "
+                             "layout: a DataFrame indexed by (worker, label) with a column per true label")
+        vote = Aggregator("mv", seed=self.seed, item=item, worker=self.worker, label=self.label,
+                          classes=self.classes or None).fit(data, true_labels)
+        shares = vote.probas_.reindex(data[item].to_numpy()).set_axis(data.index)
+        counts = shares.groupby([data[self.worker].rename("worker"), data[self.label].rename("label")]).sum()
+        return counts.add(initial_error.rename_axis(["worker", "label"]), fill_value=0.0)
 
     def _initial_table(self, initial_error: Any, data: pd.DataFrame) -> WorkerTable | None:
         """``initial_error`` as a worker table (crowd-kit's error layout or a worker table)."""

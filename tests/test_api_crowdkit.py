@@ -109,7 +109,7 @@ def test_crowd_kit_parameters(rte):
     with pytest.raises(ConfigError, match="seed is given twice"):
         MajorityVote(seed=1, random_state=5)
     with pytest.raises(ConfigError, match="initial_error_strategy must be one of"):
-        DawidSkene(initial_error_strategy="addition")
+        DawidSkene(initial_error_strategy="add")
     assert DawidSkene(initial_error_strategy="assign").initial_error_strategy == "assign"
     both = data.assign(item=data["task"])
     with pytest.raises(InputError, match="both a task and an item column"):

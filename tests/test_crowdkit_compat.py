@@ -312,3 +312,22 @@ def test_mmsrs_scores_are_the_vote_weighted_by_its_skills_as_in_crowd_kit():
     weighted = crowdkit.MajorityVote().fit(data, model.skills_).probas_
     np.testing.assert_allclose(scores.loc[weighted.index, weighted.columns].to_numpy(), weighted.to_numpy())
     assert (scores.idxmax(axis=1) == model.labels_).all()
+
+
+def test_initial_error_addition_starts_from_crowd_kits_first_m_step():
+    from crowdspark.api import DawidSkene
+
+    data = pd.read_csv(DATA / "bluebird" / "labels.csv").rename(columns={"item": "task"})
+    first = crowdkit.DawidSkene(10).fit(data)
+    counts = (first.errors_ * 20).iloc[:40]  # some workers' counts
+    start = DawidSkene(initial_error_strategy="addition")._added_errors(data, "task", None, counts)
+    shares = crowdkit.MajorityVote().fit_predict_proba(data)
+    theirs = crowdkit.DawidSkene._m_step(data[["task", "worker", "label"]], shares, counts, "addition")
+    ours = start / start.groupby(level="worker").sum()
+    ours = ours.loc[theirs.index, theirs.columns]
+    np.testing.assert_allclose(ours.to_numpy(), theirs.to_numpy(), atol=1e-9)
+    # counts that outweigh the data's start as the matrices they hold would ('assign')
+    added = DawidSkene(initial_error_strategy="addition").fit(data, initial_error=first.errors_ * 1e9)
+    assigned = DawidSkene(initial_error_strategy="assign").fit(data, initial_error=first.errors_)
+    assert added.summary_["warm_start"]["workers_known"] == data["worker"].nunique()
+    pd.testing.assert_series_equal(added.labels_, assigned.labels_)
