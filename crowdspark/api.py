@@ -28,21 +28,28 @@ observed label, a column per true label: ``P(label | true label)``), ``skills_``
 worker), ``priors_`` (Series ``prior`` by class), ``loss_history_``; and ``workers_`` (the worker table),
 ``classes_``, ``history_`` (per iteration), ``n_iter_``, ``converged_``, ``summary_`` (what ``summary.json``
 would hold), ``items_`` (the item table), ``quality_`` (``summary_['quality']``) and ``relabel_`` (every
-item in the relabel queue's order, docs/quality.md).  Tasks, workers and classes keep the values (and types) they have in the frames given.
+item in the relabel queue's order, docs/quality.md).  Every attribute holds the tasks, workers and classes as
+given, in the frame's dtype.
+
+The classes crowd-kit has take its positional arguments in its order (``DawidSkene(100)``,
+:data:`crowdspark.faces.CROWDKIT_POSITIONAL`) and accept its parameters that mean nothing here with one warning
+(:data:`crowdspark.faces.CROWDKIT_IGNORED`).  ``MajorityVote().fit(data, skills)`` is crowd-kit's vote weighted
+by given worker skills (gold is ``true_labels=``); ``MMSR`` adds ``scores_`` and ``fit_predict_score``.
 """
 
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 
-from crowdspark.config import GoldConfig, InputConfig, RelabelConfig, RunConfig
+from crowdspark.config import DEFAULT_ALGORITHM, GoldConfig, InputConfig, RelabelConfig, RunConfig
 from crowdspark.docstrings import field_docs
 from crowdspark.errors import ConfigError, InputError
-from crowdspark.faces import CROWDKIT_ALIASES, PANDAS, using_face
+from crowdspark.faces import CROWDKIT_ALIASES, CROWDKIT_IGNORED, CROWDKIT_POSITIONAL, PANDAS, using_face
 from crowdspark.io.cells import canonical_values
 from crowdspark.io.chain import read_items
 from crowdspark.io.rules import order_classes
@@ -50,6 +57,7 @@ from crowdspark.io.worker_table import WorkerTable, worker_table_from_frame
 from crowdspark.models.registry import MODELS, check_params, hyperparameters, model_class
 from crowdspark.pipeline import RunOptions, RunResult, aggregate_frames
 from crowdspark.pipeline.quality import relabel_queue
+from crowdspark.validation import check_choice, check_float
 
 __all__ = ["Aggregator", "CLASSES", "read_items"]
 
@@ -67,8 +75,21 @@ def _canonical(name: str, params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-#: crowd-kit's initial_error strategies: ``assign`` (the matrices start the fit) is the only one crowdspark runs
-_STRATEGIES = (None, "assign")
+def _without_ignored(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` without crowd-kit's parameters that have no meaning here (:data:`CROWDKIT_IGNORED`), after
+    one warning that names them and says what crowdspark does instead."""
+    meanings = CROWDKIT_IGNORED.get(model_class(name).api_name, {})
+    ignored = [key for key in params if key in meanings]
+    if ignored:
+        reasons = "; ".join(f"{key}: {meanings[key]}" for key in ignored)
+        warnings.warn(f"{model_class(name).api_name} accepts crowd-kit's {', '.join(ignored)} but does not use "
+                      f"{'it' if len(ignored) == 1 else 'them'} ({reasons})", UserWarning, stacklevel=4)
+    return {key: value for key, value in params.items() if key not in meanings}
+
+
+#: crowd-kit's initial_error strategies: ``assign`` (the matrices start the fit), ``addition`` (they are counts
+#: added to those of a vote-share start)
+_STRATEGIES = (None, "assign", "addition")
 
 
 class Aggregator:
@@ -77,7 +98,8 @@ class Aggregator:
     Parameters
     ----------
     algorithm : str
-        A name from ``crowdspark algorithms`` (``mv``, ``ds`` ...).
+        A name from ``crowdspark algorithms`` (``mv``, ``ds`` ...); default
+        :data:`crowdspark.config.DEFAULT_ALGORITHM` (``ads``), as in every face.
     seed : int
         Seed of every random choice (crowd-kit's ``random_state`` is accepted for it).
     item : str, optional
@@ -90,8 +112,9 @@ class Aggregator:
         With ``fit(..., gold=frame)``: the share of the gold held fixed in the fit and the seed of that choice
         (``gold.fit_fraction``, ``gold.split_seed``); the rest scores the fit.
     initial_error_strategy : str, optional
-        crowd-kit's: ``None`` or ``"assign"`` (the matrices of ``initial_error`` start the workers it lists);
-        crowd-kit's ``"addition"`` is not offered.
+        crowd-kit's: ``None`` or ``"assign"`` (the matrices of ``initial_error`` start the workers it lists), or
+        ``"addition"`` (its values are counts added to each worker's counts against the vote shares of a
+        majority vote, crowd-kit's first M-step; every worker then starts from the sum).
     **params
         The algorithm's parameters (see ``crowdspark algorithms``), or crowd-kit's names for them.
 
@@ -106,7 +129,7 @@ class Aggregator:
 
     def __init__(
         self,
-        algorithm: str,
+        algorithm: str = DEFAULT_ALGORITHM,
         *,
         seed: int = 0,
         item: str | None = None,
@@ -130,10 +153,8 @@ class Aggregator:
                 raise ConfigError(f"seed is given twice (as seed={seed!r} and random_state={random_state!r}); give it once")
             if initial_error_strategy not in _STRATEGIES:
                 raise ConfigError(
-                    f"initial_error_strategy must be one of {list(_STRATEGIES)}, but got {initial_error_strategy!r}: "
-                    "crowdspark starts the workers of initial_error from its matrices ('assign'); to add counts "
-                    "to the data's, give the matrices as counts and fit once more")
-            self.params = check_params(algorithm, _canonical(algorithm, params))
+                    f"initial_error_strategy must be one of {list(_STRATEGIES)}, but got {initial_error_strategy!r}")
+            self.params = check_params(algorithm, _canonical(algorithm, _without_ignored(algorithm, params)))
             self._config(item or "item", 0.0)  # the same checks as at fit time, now
 
     def _config(self, item: str, fit_fraction: float) -> RunConfig:
@@ -179,6 +200,8 @@ class Aggregator:
             self._check_frame(data, "data", [self.item or "item", self.worker, self.label])
             item = self._item_column(data)
             gold_frame, fraction = self._gold(item, true_labels, gold)
+            if self.initial_error_strategy == "addition" and initial_error is not None:
+                initial_error = self._added_errors(data, item, true_labels, initial_error)
             options = RunOptions(initial_workers=self._initial_table(initial_error, data))
             run = aggregate_frames(self._config(item, fraction), data, gold_frame, options=options)
         self._fitted(run, data, item)
@@ -212,6 +235,18 @@ class Aggregator:
         frame = pd.DataFrame({item: true_labels.index.to_numpy(), "truth": true_labels.to_numpy()})
         return frame, 1.0
 
+    def _added_errors(self, data: pd.DataFrame, item: str, true_labels: Any, initial_error: Any) -> pd.DataFrame:
+        """crowd-kit's ``addition``: per (worker, label) and true class, the summed vote shares of a majority vote
+        (the true labels held fixed) of the items the worker gave the label, plus ``initial_error``'s counts."""
+        if not isinstance(initial_error, pd.DataFrame) or not isinstance(initial_error.index, pd.MultiIndex):
+            raise InputError("initial_error: with initial_error_strategy='addition' pass counts in crowd-kit's "
+                             "layout: a DataFrame indexed by (worker, label) with a column per true label")
+        vote = Aggregator("mv", seed=self.seed, item=item, worker=self.worker, label=self.label,
+                          classes=self.classes or None).fit(data, true_labels)
+        shares = vote.probas_.reindex(data[item].to_numpy()).set_axis(data.index)
+        counts = shares.groupby([data[self.worker].rename("worker"), data[self.label].rename("label")]).sum()
+        return counts.add(initial_error.rename_axis(["worker", "label"]), fill_value=0.0)
+
     def _initial_table(self, initial_error: Any, data: pd.DataFrame) -> WorkerTable | None:
         """``initial_error`` as a worker table (crowd-kit's error layout or a worker table)."""
         if initial_error is None:
@@ -227,17 +262,17 @@ class Aggregator:
 
     def _fitted(self, run: RunResult, data: pd.DataFrame, item: str) -> None:
         """The fitted attributes, in crowd-kit's layouts and the frames' own values."""
-        items = run.items.set_index("item")
         tasks, workers, classes = (_originals(data[c]) for c in (item, self.worker, self.label))
         self.summary_ = run.summary
         self.classes_ = [classes.get(c, c) for c in run.summary["classes"]]
-        task_index = pd.Index([tasks.get(t, t) for t in items.index], name=item)
-        self.labels_ = pd.Series([classes.get(c, c) for c in items["label"]], index=task_index, name="agg_label")
-        self.probas_ = pd.DataFrame(np.asarray(list(items["posterior"]), dtype=np.float64).reshape(len(items), -1),
+        task_index = _index([tasks.get(t, t) for t in run.items["item"]], data[item], item)
+        worker_index = _index([workers.get(w, w) for w in run.workers["worker"]], data[self.worker], "worker")
+        labels = _values([classes.get(c, c) for c in run.items["label"]], data[self.label])
+        self.labels_ = pd.Series(labels, index=task_index, name="agg_label")
+        self.probas_ = pd.DataFrame(np.asarray(list(run.items["posterior"]), dtype=np.float64).reshape(len(labels), -1),
                                     index=task_index, columns=pd.Index(self.classes_, name="label"))
-        self.items_ = items
-        self.workers_ = run.workers.set_index("worker")
-        worker_index = pd.Index([workers.get(w, w) for w in self.workers_.index], name="worker")
+        self.items_ = run.items.drop(columns="item").assign(label=labels).set_axis(task_index)
+        self.workers_ = run.workers.drop(columns="worker").set_axis(worker_index)
         skill = "skill" if "skill" in self.workers_.columns else "accuracy"
         self.skills_ = pd.Series(self.workers_[skill].to_numpy(), index=worker_index, name="skill")
         if "confusion" in self.workers_.columns:
@@ -254,8 +289,8 @@ class Aggregator:
         self.quality_ = run.summary.get("quality")
         if self.quality_ is not None:
             queue = relabel_queue(run.items, self.quality_["relabel"]["budget"])
-            queue["item"] = [tasks.get(t, t) for t in queue["item"]]
-            queue["label"] = [classes.get(c, c) for c in queue["label"]]
+            queue["item"] = _values([tasks.get(t, t) for t in queue["item"]], data[item])
+            queue["label"] = _values([classes.get(c, c) for c in queue["label"]], data[self.label])
             self.relabel_ = queue.rename(columns={"item": item})
 
     def _model_attributes(self, task_index: pd.Index, worker_index: pd.Index) -> None:
@@ -285,6 +320,35 @@ class Aggregator:
                 f"name (the columns used are {names})."
             )
 
+    def _weighted_scores(self, data: pd.DataFrame, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The vote of each fitted task with each label weighing ``weight`` (NaN: not counted), in the order of
+        ``labels_`` and ``classes_``.
+
+        Returns
+        -------
+        scores : ndarray of float64, shape (n_tasks, C)
+            Summed weights of each class's labels.
+        shares : ndarray of float64, shape (n_tasks, C)
+            ``scores`` over their sum; uniform where it is 0 or less.
+        """
+        item = self.labels_.index.name
+        counted = ~np.isnan(weight)
+        frame = pd.DataFrame({"task": _text(data[item], item), "label": _text(data[self.label], self.label),
+                              "weight": weight})[counted]
+        classes = self.summary_["classes"]
+        summed = frame.pivot_table(index="task", columns="label", values="weight", aggfunc="sum", fill_value=0.0)
+        order = _text(pd.Series(self.labels_.index), item)
+        unvoted = sorted(set(order) - set(summed.index))
+        if unvoted:
+            raise InputError(f"skills: the tasks {unvoted[:3]!r} have no label by a worker with a skill "
+                             "(on_missing_skill='ignore'); give their workers skills or leave them out of data")
+        scores = summed.reindex(index=order, columns=classes, fill_value=0.0).to_numpy(dtype=np.float64)
+        total = scores.sum(axis=1, keepdims=True)
+        positive = total[:, 0] > 0
+        shares = np.full(scores.shape, 1.0 / len(classes))
+        shares[positive] = scores[positive] / total[positive]
+        return scores, shares
+
     def fit_predict(self, data: pd.DataFrame, true_labels: pd.Series | None = None,
                     initial_error: pd.DataFrame | None = None) -> pd.Series:
         """Fit and return the inferred label of each task (``labels_``)."""
@@ -299,6 +363,18 @@ class Aggregator:
 def _text(values: pd.Series, column: str) -> np.ndarray:
     """The canonical text crowdspark gives ``values`` (:mod:`crowdspark.io.cells`), object (n,)."""
     return canonical_values(values.reset_index(drop=True), "data", "<DataFrame>", column)
+
+
+def _values(values: list[Any], column: pd.Series) -> Any:
+    """``values`` (taken from ``column``) in ``column``'s dtype, (n,)."""
+    if isinstance(column.dtype, np.dtype):
+        return np.asarray(values, dtype=column.dtype)
+    return pd.array(values, dtype=column.dtype)
+
+
+def _index(values: list[Any], column: pd.Series, name: str) -> pd.Index:
+    """An index of ``values`` (ids taken from ``column``) in ``column``'s dtype, named ``name``."""
+    return pd.Index(_values(values, column), name=name)
 
 
 def _originals(column: pd.Series) -> dict[str, Any]:
@@ -343,32 +419,188 @@ def _errors_frame(confusion: pd.Series, workers: pd.Index, classes: list[Any], p
     return pd.DataFrame(matrices[k, :, g], index=index, columns=list(classes))
 
 
+#: crowd-kit's rules for the labels of a worker without a skill in ``MajorityVote.fit(data, skills)``
+SKILL_RULES = ("error", "ignore", "value")
+
+
+class _SkillWeightedVote(Aggregator):
+    """The base of :class:`MajorityVote`: crowd-kit's ``fit(data, skills)``, a vote weighted by given skills.
+
+    Parameters
+    ----------
+    on_missing_skill : {"error", "ignore", "value"}
+        crowd-kit's: what ``fit(data, skills)`` does with the labels of a worker ``skills`` does not list:
+        refuse them, leave them out of the vote, or weigh them ``default_skill``.
+    default_skill : float, optional
+        The skill of such a worker with ``on_missing_skill="value"``.
+    """
+
+    def __init__(self, algorithm: str, *args: Any, on_missing_skill: str = "error",
+                 default_skill: float | None = None, **kwargs: Any) -> None:
+        super().__init__(algorithm, *args, **kwargs)
+        with using_face(PANDAS):
+            check_choice("on_missing_skill", on_missing_skill, SKILL_RULES)
+            if (on_missing_skill == "value") != (default_skill is not None):
+                raise ConfigError(f"default_skill is the skill of the workers skills does not list, with "
+                                  f"on_missing_skill='value' only; but got on_missing_skill={on_missing_skill!r} "
+                                  f"and default_skill={default_skill!r}")
+            if default_skill is not None:
+                check_float("default_skill", default_skill)
+        self.on_missing_skill, self.default_skill = on_missing_skill, default_skill
+
+    def fit(self, data: pd.DataFrame, skills: pd.Series | None = None, *, true_labels: pd.Series | None = None,
+            initial_error: pd.DataFrame | None = None, gold: pd.DataFrame | None = None) -> Aggregator:
+        """Fit on a labels frame; with ``skills`` (crowd-kit's), the vote of each label weighs its worker's skill.
+
+        Parameters
+        ----------
+        data : DataFrame
+        skills : Series, optional
+            Each worker's skill (indexed by worker): the answer of a task is the class whose labels' skills sum
+            highest (ties: the first in the class order, as crowd-kit), its posterior the sums' shares (uniform
+            where they sum to 0 or less).  The fit then holds crowd-kit's attributes only: ``labels_``,
+            ``probas_``, ``classes_`` and ``skills_`` (each worker's agreement with ``labels_``).  A DataFrame
+            here is ``gold``.
+        true_labels, initial_error, gold
+            As :meth:`Aggregator.fit`, without ``skills``.
+        """
+        if isinstance(skills, pd.DataFrame) and gold is None:
+            skills, gold = None, skills
+        if skills is None:
+            return super().fit(data, true_labels, initial_error, gold=gold)
+        if true_labels is not None or initial_error is not None or gold is not None:
+            raise ConfigError("skills weigh a plain vote: give them without true_labels, initial_error or gold")
+        super().fit(data)
+        with using_face(PANDAS):
+            weight = self._label_weights(data, skills)
+        self._weighted(data, weight)
+        return self
+
+    def _label_weights(self, data: pd.DataFrame, skills: Any) -> np.ndarray:
+        """The skill of each label's worker, float64 (n_labels,); NaN: left out of the vote."""
+        if not isinstance(skills, pd.Series):
+            raise InputError(f"skills: pass a pandas Series of skills indexed by worker, but got a "
+                             f"{type(skills).__name__}; e.g. pd.Series({{'w1': 0.9}})")
+        values = pd.to_numeric(skills, errors="coerce").to_numpy(dtype=np.float64)
+        if not np.isfinite(values).all():
+            bad = skills[~np.isfinite(values)]
+            raise InputError(f"skills: every skill must be a finite number, but worker {bad.index[0]!r} has "
+                             f"{bad.iloc[0]!r}")
+        known = pd.Series(values, index=_text(pd.Series(skills.index), "worker"))
+        if known.index.duplicated().any():
+            raise InputError(f"skills: worker {known.index[known.index.duplicated()][0]!r} is listed twice; "
+                             "give each worker one skill")
+        weight = known.reindex(_text(data[self.worker], self.worker)).to_numpy()
+        missing = np.isnan(weight)
+        if missing.any() and self.on_missing_skill == "error":
+            workers = list(dict.fromkeys(data[self.worker].to_numpy()[missing]))
+            raise InputError(f"skills: {int(missing.sum())} labels are by workers without a skill, e.g. "
+                             f"{workers[:3]!r}; list them in skills, or build the model with "
+                             "on_missing_skill='ignore' (leave their labels out) or on_missing_skill='value', "
+                             "default_skill=... (weigh them that)")
+        if self.on_missing_skill == "value":
+            weight[missing] = self.default_skill
+        return weight
+
+    def _weighted(self, data: pd.DataFrame, weight: np.ndarray) -> None:
+        """crowd-kit's weighted vote over the fitted tasks and classes: ``labels_``, ``probas_``, ``skills_``."""
+        item = self.labels_.index.name
+        scores, probas = self._weighted_scores(data, weight)
+        labels = np.asarray(self.classes_, dtype=object)[scores.argmax(axis=1)]
+        self.labels_ = pd.Series(_values(list(labels), data[self.label]), index=self.labels_.index, name="agg_label")
+        self.probas_ = pd.DataFrame(probas, index=self.labels_.index, columns=self.probas_.columns)
+        agree = pd.Series(data[self.label].to_numpy() == self.labels_.reindex(data[item]).to_numpy())
+        accuracy = agree.groupby(data[self.worker].to_numpy()).mean()
+        self.skills_ = pd.Series(accuracy.to_numpy(dtype=np.float64),
+                                 index=pd.Index(_values(list(accuracy.index), data[self.worker]), name="worker"),
+                                 name="skill")
+        for attr in [a for a in vars(self) if a.endswith("_") and a not in _WEIGHTED_VOTE_ATTRIBUTES]:
+            delattr(self, attr)
+
+    def fit_predict(self, data: pd.DataFrame, skills: pd.Series | None = None, **kwargs: Any) -> pd.Series:
+        """Fit and return the inferred label of each task (``labels_``)."""
+        return self.fit(data, skills, **kwargs).labels_
+
+    def fit_predict_proba(self, data: pd.DataFrame, skills: pd.Series | None = None, **kwargs: Any) -> pd.DataFrame:
+        """Fit and return the posterior of each task (``probas_``: rows tasks, columns classes)."""
+        return self.fit(data, skills, **kwargs).probas_
+
+
+class _ScoredVote(Aggregator):
+    """The base of :class:`MMSR`: crowd-kit's ``scores_`` and ``fit_predict_score``."""
+
+    def fit(self, data: pd.DataFrame, true_labels: pd.Series | None = None,
+            initial_error: pd.DataFrame | None = None, *, gold: pd.DataFrame | None = None) -> Aggregator:
+        """As :meth:`Aggregator.fit`, and ``scores_`` (crowd-kit's): per task (rows) and class (columns), the
+        share of the skills (``skills_``) of the task's workers that gave the class (uniform where they sum to 0
+        or less)."""
+        super().fit(data, true_labels, initial_error, gold=gold)
+        weight = self.skills_.reindex(data[self.worker].to_numpy()).to_numpy(dtype=np.float64)
+        _, shares = self._weighted_scores(data, weight)
+        self.scores_ = pd.DataFrame(shares, index=self.labels_.index, columns=self.probas_.columns)
+        return self
+
+    def fit_predict_score(self, data: pd.DataFrame, true_labels: pd.Series | None = None,
+                          initial_error: pd.DataFrame | None = None) -> pd.DataFrame:
+        """Fit and return ``scores_``."""
+        return self.fit(data, true_labels, initial_error).scores_
+
+
+#: what a fit with skills holds (crowd-kit's MajorityVote's attributes)
+_WEIGHTED_VOTE_ATTRIBUTES = ("labels_", "probas_", "skills_", "classes_")
+
+#: the base of the class of an algorithm whose crowd-kit method takes more than :class:`Aggregator`
+_BASES: dict[str, type[Aggregator]] = {"mv": _SkillWeightedVote, "mmsr": _ScoredVote}
+
+
+def _positional(cls: str, names: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the positional ``args`` named in crowd-kit's order (``names``); TypeError as Python's."""
+    if len(args) > len(names):
+        takes = f"at most {len(names)} positional arguments ({', '.join(names)}, crowd-kit's order)" if names \
+            else "its parameters by keyword only"
+        raise TypeError(f"{cls}() takes {takes}, but {len(args)} were given")
+    out = dict(kwargs)
+    for key, value in zip(names, args):
+        if key in out:
+            raise TypeError(f"{cls}() got multiple values for argument {key!r}")
+        out[key] = value
+    return out
+
+
 def _face_class(model: type) -> type[Aggregator]:
     """The class of the pandas API for one registered model: its fields are its keyword arguments."""
     name = model.name
     defaults = hyperparameters(name)
+    base = _BASES.get(name, Aggregator)
+    positional = CROWDKIT_POSITIONAL.get(model.api_name, ())
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs = _positional(type(self).__name__, positional, args, kwargs)
         if "algorithm" in kwargs:
             raise ConfigError(
                 f"{type(self).__name__} always runs {name!r}; for another algorithm use "
                 f"Aggregator({kwargs['algorithm']!r}) or its own class"
             )
-        Aggregator.__init__(self, name, **kwargs)
+        base.__init__(self, name, **kwargs)
 
     common = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=default) for key, default in
               (("seed", 0), ("item", None), ("worker", "worker"), ("label", "label"), ("classes", None),
                ("gold_fit_fraction", 0.0), ("gold_split_seed", 0), ("random_state", None),
                ("initial_error_strategy", None))]
-    fields = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=value) for key, value in defaults.items()]
+    known = {**{p.name: p.default for p in common}, **defaults, "on_missing_skill": "error"}
+    by_position = [inspect.Parameter(key, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                     default=known.get(CROWDKIT_ALIASES.get(key, key))) for key in positional]
+    fields = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=value) for key, value in defaults.items()
+              if key not in positional]
     __init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *fields, *common])
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *by_position, *fields,
+         *[p for p in common if p.name not in positional]])
     docs = field_docs(model)
     parameters = "\n".join(f"{key} : default {value!r}\n    {docs.get(key, '')}" for key, value in defaults.items())
     doc = (f"{model.title[:1].upper()}{model.title[1:]} (``{name}``): {model.description}.\n\n"
            f"Parameters\n----------\n{parameters}\nseed, item, worker, label, classes, gold_fit_fraction, "
            "gold_split_seed, random_state, initial_error_strategy\n    As :class:`Aggregator`.\n")
-    return type(model.api_name, (Aggregator,), {"__init__": __init__, "__doc__": doc, "__module__": __name__,
+    return type(model.api_name, (base,), {"__init__": __init__, "__doc__": doc, "__module__": __name__,
                                                 "algorithm_name": name})
 
 

@@ -27,6 +27,7 @@ from crowdspark.models.registry import (
     ALGORITHMS,
     algorithm_names,
     check_params,
+    hyperparameters,
     model_class,
 )
 from crowdspark.validation import (
@@ -38,6 +39,7 @@ from crowdspark.validation import (
 )
 
 __all__ = [
+    "DEFAULT_ALGORITHM",
     "InputConfig",
     "GoldConfig",
     "OutputConfig",
@@ -56,6 +58,8 @@ __all__ = [
 INPUT_FORMATS = ("auto", "csv", "parquet", "json")
 OUTPUT_FORMATS = ("parquet", "csv")
 ENGINES = ("spark", "local")
+#: the algorithm every face runs when none is named (the command line, the pyspark.ml face)
+DEFAULT_ALGORITHM = "ads"
 
 
 @dataclass(frozen=True)
@@ -390,7 +394,7 @@ MOVED_TO_SPARK = tuple(f.name for f in fields(SparkConfig))
 class RunConfig:
     """Everything a run needs besides paths."""
 
-    algorithm: str = "ads"
+    algorithm: str = DEFAULT_ALGORITHM
     seed: int = 0
     input: InputConfig = field(default_factory=InputConfig)
     gold: GoldConfig = field(default_factory=GoldConfig)
@@ -427,6 +431,7 @@ class RunConfig:
             obj = getattr(self, section)
             out[section] = {f.name: _jsonable(getattr(obj, f.name)) for f in fields(obj)}
         out["algorithms"] = {k: dict(v) for k, v in self.algorithms.items()}
+        out["unused_sections"] = sorted(k for k in self.algorithms if k != self.algorithm)
         return out
 
 
@@ -564,9 +569,12 @@ def load_config(
     tree: dict[str, Any] = {}
     for path in files or []:
         _deep_update(tree, _read_toml(path))
+    algorithm_overrides: list[tuple[list[str], Any]] = []
     for text in overrides or []:
         path, value = parse_override(text)
         _merge(tree, path, value)
+        if path[0] in ALGORITHMS and len(path) > 1:
+            algorithm_overrides.append((path, value))
     for key, value in explicit.items():
         if value is None:
             continue
@@ -591,7 +599,37 @@ def load_config(
                 f"unknown configuration key {key!r}{did_you_mean(key, _TOP_KEYS)}; top-level keys are "
                 f"{', '.join(_TOP_KEYS)} and the tables {', '.join(_SECTIONS)} and {', '.join(algorithm_names())}"
             )
-    return RunConfig(algorithms=algorithms, **kwargs)
+    config = RunConfig(algorithms=algorithms, **kwargs)
+    _check_overrides_apply(algorithm_overrides, config.algorithm)
+    return config
+
+
+def _check_overrides_apply(overrides: list[tuple[list[str], Any]], algorithm: str) -> None:
+    """ConfigError for a ``--set`` of a parameter of an algorithm the run does not use.
+
+    A run reads only its own algorithm's section (``[ads]`` for ``ads``, never ``[ds]``), so such an override
+    would change nothing.  Sections in configuration files are allowed for every algorithm (the bundled
+    ``conf/default.toml`` has one each); ``summary.json`` lists them as ``config.unused_sections``.
+    """
+    for path, value in overrides:
+        section, key = path[0], ".".join(path[1:])
+        if section == algorithm:
+            continue
+        own = f"{algorithm}.{key}"
+        fix = (f"--set {own}={_text(value)} sets it for {algorithm}" if key in hyperparameters(algorithm)
+               else f"the [{algorithm}] keys are {', '.join(hyperparameters(algorithm)) or '(none)'}")
+        raise ConfigError(
+            f"--set {section}.{key}={_text(value)} sets a parameter of {section}, but this run's algorithm is "
+            f"{algorithm}, which reads only the [{algorithm}] section, so it would change nothing: {fix}; "
+            f"or run {section} with --algorithm {section}"
+        )
+
+
+def _text(value: Any) -> str:
+    """A ``--set`` value as the user would write it again."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return value if isinstance(value, str) else repr(value)
 
 
 def with_engine(config: RunConfig, **changes: Any) -> RunConfig:

@@ -29,6 +29,8 @@ __all__ = [
     "PANDAS",
     "ML",
     "CROWDKIT_ALIASES",
+    "CROWDKIT_POSITIONAL",
+    "CROWDKIT_IGNORED",
     "camel",
     "current_face",
     "using_face",
@@ -45,6 +47,44 @@ _FACE: ContextVar[str] = ContextVar("crowdspark_face", default=CLI)
 
 #: crowd-kit's parameter names that the pandas API accepts: alias -> canonical field
 CROWDKIT_ALIASES = {"n_iter": "max_iter"}
+
+#: crowd-kit 1.4.2's constructor parameters in its order, for the classes both libraries have: the pandas API
+#: takes its positional arguments in this order (``DawidSkene(100)`` is ``DawidSkene(n_iter=100)``)
+CROWDKIT_POSITIONAL: dict[str, tuple[str, ...]] = {
+    "MajorityVote": ("default_skill", "on_missing_skill"),
+    "DawidSkene": ("n_iter", "tol", "initial_error_strategy"),
+    "OneCoinDawidSkene": ("n_iter", "tol", "initial_error_strategy"),
+    "GLAD": ("n_iter", "tol", "silent", "labels_priors", "alphas_priors_mean", "betas_priors_mean", "m_step_max_iter",
+             "m_step_tol"),
+    "MACE": ("n_restarts", "n_iter", "method", "smoothing", "default_noise", "alpha", "beta", "random_state",
+             "verbose"),
+    "ZeroBasedSkill": ("n_iter", "lr_init", "lr_steps_to_reduce", "lr_reduce_factor", "eps"),
+    "KOS": ("n_iter", "random_state"),
+    "MMSR": ("n_iter", "tol", "random_state", "observation_matrix", "covariation_matrix", "n_common_tasks",
+             "n_workers", "n_tasks", "n_labels", "labels_mapping", "workers_mapping", "tasks_mapping"),
+}
+
+_MMSR_STATE = "crowdspark computes it from the labels of fit()"
+#: crowd-kit parameters that have no meaning here, per class: the pandas API accepts them and says once (a
+#: UserWarning) what crowdspark does instead, so that a crowd-kit script runs unchanged
+CROWDKIT_IGNORED: dict[str, dict[str, str]] = {
+    "GLAD": {
+        "silent": "crowdspark shows no progress bar (it logs through logging)",
+        "labels_priors": "crowdspark's GLAD gives every class the prior 1 / C (crowd-kit's default)",
+        "alphas_priors_mean": "crowdspark's GLAD has one prior mean for every worker: alpha_prior_mean",
+        "betas_priors_mean": "crowdspark's GLAD has one prior mean for every task: beta_prior_mean",
+        "m_step_max_iter": "crowdspark's M-step takes beta_steps and m_step_rounds (preset='crowd-kit' takes "
+                           "crowd-kit's M-step)",
+        "m_step_tol": "crowdspark's M-step takes beta_steps and m_step_rounds (preset='crowd-kit' takes crowd-kit's "
+                      "M-step)",
+    },
+    "MACE": {
+        "n_restarts": "crowdspark's MACE runs one fit, from the same start for every seed",
+        "default_noise": "crowdspark's MACE starts every worker at spamming 0.5",
+        "verbose": "crowdspark shows no progress bar (it logs through logging)",
+    },
+    "MMSR": {name: _MMSR_STATE for name in CROWDKIT_POSITIONAL["MMSR"][3:]},
+}
 
 #: the non-algorithm keys each Python face exposes: canonical key -> the face's name
 _FACE_KEYS = {

@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdspark.api import DawidSkene, GoldMajorityVote, MajorityVote, Wawa
+from crowdspark.api import CLASSES, DawidSkene, GoldMajorityVote, MajorityVote, Wawa
 from crowdspark.errors import ConfigError, InputError
+from crowdspark.models.registry import model_class
 from tests.helpers import DATA
 
 
@@ -108,9 +109,41 @@ def test_crowd_kit_parameters(rte):
     with pytest.raises(ConfigError, match="seed is given twice"):
         MajorityVote(seed=1, random_state=5)
     with pytest.raises(ConfigError, match="initial_error_strategy must be one of"):
-        DawidSkene(initial_error_strategy="addition")
+        DawidSkene(initial_error_strategy="add")
     assert DawidSkene(initial_error_strategy="assign").initial_error_strategy == "assign"
     both = data.assign(item=data["task"])
     with pytest.raises(InputError, match="both a task and an item column"):
         Wawa().fit(both)
     assert Wawa(item="item").fit(both).labels_.index.name == "item"
+
+
+def _int_ids(data: pd.DataFrame) -> pd.DataFrame:
+    """``data`` with integer workers too (RTE's tasks and labels are integers already)."""
+    return data.assign(worker=pd.factorize(data["worker"], sort=True)[0].astype(np.int64) + 1000)
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_every_attribute_of_every_class_keeps_the_callers_ids_and_dtype(rte, name):
+    data, gold = _int_ids(rte[0].iloc[:1500]), rte[1]
+    model = CLASSES[name]().fit(data, true_labels=gold.loc[gold.index.isin(data["task"])].iloc[::3])
+    tasks, workers = pd.Index(data["task"].unique()), pd.Index(data["worker"].unique())
+    by_task = {"labels_": model.labels_, "probas_": model.probas_, "items_": model.items_}
+    by_worker = {"skills_": model.skills_, "workers_": model.workers_}
+    by_task.update({a: getattr(model, a) for a, (t, c) in model_class(model.algorithm).api_attributes.items()
+                    if t == "items" and isinstance(c, str)})
+    by_worker.update({a: getattr(model, a) for a, (t, c) in model_class(model.algorithm).api_attributes.items()
+                      if t == "workers" and isinstance(c, str)})
+    for attr, frame in by_task.items():
+        assert frame.index.dtype == np.int64 and set(frame.index) == set(tasks), attr
+    for attr, frame in by_worker.items():
+        assert frame.index.dtype == np.int64 and set(frame.index) <= set(workers), attr
+    assert model.labels_.dtype == model.items_["label"].dtype == np.int64
+    assert len(model.labels_.to_frame().join(model.items_[["confidence"]])) == len(tasks)
+    assert model.items_.loc[model.labels_.index, "label"].equals(model.labels_.rename("label"))
+    if hasattr(model, "errors_"):
+        assert model.errors_.index.get_level_values("worker").dtype == np.int64
+        assert model.errors_.index.get_level_values("label").dtype == np.int64
+    if hasattr(model, "priors_"):
+        assert model.priors_.index.dtype == np.int64
+    assert list(model.probas_.columns) == model.classes_ and all(type(c) is int for c in model.classes_)
+    assert model.relabel_["task"].dtype == model.relabel_["label"].dtype == np.int64

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import typing
 from dataclasses import fields
 
@@ -60,15 +63,15 @@ def test_spark_tuning_keys_live_in_their_own_section():
 
 def test_precedence_file_then_set_then_flags(tmp_path):
     conf = tmp_path / "a.toml"
-    conf.write_text('seed = 4\nalgorithm = "mv"\n[ds]\nmax_iter = 7\n[spark]\npartitions = 2\n')
+    conf.write_text('seed = 4\nalgorithm = "ds"\n[ds]\nmax_iter = 7\n[spark]\npartitions = 2\n')
     config = load_config([conf], ["ds.max_iter=9", "seed=5"], seed=6, engine_name="local")
-    assert config.seed == 6 and config.algorithm == "mv"
+    assert config.seed == 6 and config.algorithm == "ds"
     assert config.algorithm_params("ds") == {"max_iter": 9}
     assert config.spark.partitions == 2 and config.engine.name == "local"
 
 
 def test_set_values_are_read_as_toml_then_as_strings():
-    config = load_config(overrides=["input.item=task", "ds.tol=1e-3", 'input.classes=["b", "a"]'])
+    config = load_config(overrides=["input.item=task", "ds.tol=1e-3", 'input.classes=["b", "a"]'], algorithm="ds")
     assert config.input.item == "task"
     assert config.algorithm_params("ds") == {"tol": 1e-3}
     assert config.input.classes == ("b", "a")
@@ -148,8 +151,8 @@ def test_every_iterative_model_has_its_int_parameters_in_the_generated_list():
 @pytest.mark.parametrize("name, key", INT_PARAMETERS)
 def test_int_parameters_given_integral_floats_hold_ints(name, key):
     default = hyperparameters(name)[key]
-    as_float = load_config(overrides=[f"{name}.{key}={float(default):e}"])  # e.g. 4.096000e+03
-    as_int = load_config(overrides=[f"{name}.{key}={default}"])
+    as_float = load_config(overrides=[f"{name}.{key}={float(default):e}"], algorithm=name)  # e.g. 4.096000e+03
+    as_int = load_config(overrides=[f"{name}.{key}={default}"], algorithm=name)
     assert _typed(as_float.algorithm_params(name)) == _typed(as_int.algorithm_params(name)) == {key: (int, default)}
     built = [build_model(name, c.algorithm_params(name), 3, 2, 0) for c in (as_float, as_int)]
     assert [_typed(vars(m)) for m in built] == [_typed(vars(built[1]))] * 2
@@ -171,7 +174,7 @@ def test_int_parameters_refuse_what_is_not_an_integer(value, shown, tmp_path):
 
 
 def test_float_parameters_given_ints_hold_floats_and_refuse_strings():
-    config = load_config(overrides=["ds.tol=1", "ds.smoothing=2"])
+    config = load_config(overrides=["ds.tol=1", "ds.smoothing=2"], algorithm="ds")
     assert _typed(config.algorithm_params("ds")) == {"tol": (float, 1.0), "smoothing": (float, 2.0)}
     with pytest.raises(ConfigError, match=r"^ds.tol must be a finite number, but got 'small'$"):
         load_config(overrides=["ds.tol=small"])
@@ -197,7 +200,7 @@ def test_seed_given_an_integral_float_is_the_int_everywhere(tmp_path):
 
 
 def test_select_levels_are_ints_and_must_be_integers():
-    config = load_config(overrides=["idbla.select_levels=[1.0, 2.0]"])
+    config = load_config(overrides=["idbla.select_levels=[1.0, 2.0]"], algorithm="idbla")
     assert _typed({"v": config.algorithm_params("idbla")["select_levels"]}) == {"v": (list, [1, 2])}
     assert [type(h) for h in config.algorithm_params("idbla")["select_levels"]] == [int, int]
     for bad in ("[1.5]", "[0]", "[]", "[true]"):
@@ -270,3 +273,45 @@ def test_run_config_refuses_sections_of_unknown_algorithms():
         RunConfig(algorithms={"DS": {"max_iter": 5}})
     with pytest.raises(ConfigError, match=r"algorithm must be one of \['mv', .*\], but got 'DS' \(did you mean 'ds'\?\)"):
         RunConfig(algorithm="DS")
+
+
+# --------------------------------------------------------------------------- overrides of unused sections
+
+
+def test_a_set_for_an_algorithm_the_run_does_not_use_is_refused_naming_the_section_that_applies():
+    # the default algorithm reads only [ads]: --set ds.max_iter would change nothing
+    with pytest.raises(ConfigError, match=r"--set ds.max_iter=3 sets a parameter of ds, but this run's algorithm is "
+                                          r"ads, which reads only the \[ads\] section, .*--set ads.max_iter=3 sets it "
+                                          r"for ads; or run ds with --algorithm ds"):
+        load_config(overrides=["ds.max_iter=3"])
+    with pytest.raises(ConfigError, match=r"sets a parameter of bcc, but this run's algorithm is mv.*the \[mv\] keys"):
+        load_config(overrides=["bcc.burn_in=3"], algorithm="mv")
+    assert load_config(overrides=["ds.max_iter=3"], algorithm="ds").algorithm_params() == {"max_iter": 3}
+    assert load_config(overrides=["ds.max_iter=3", "algorithm=ds"]).algorithm == "ds"
+
+
+def test_sections_of_other_algorithms_in_files_are_allowed_and_listed_as_unused():
+    config = load_config([DEFAULT])
+    assert config.algorithm == "ads" and "ds" in config.algorithms
+    assert config.to_dict()["unused_sections"] == sorted(set(config.algorithms) - {"ads"})
+    assert load_config([DEFAULT], ["ads.max_iter=3"]).algorithm_params()["max_iter"] == 3
+
+
+def test_the_command_line_refuses_a_set_for_another_algorithm_and_reports_unused_file_sections(tmp_path):
+    labels = str(DATA / "temp" / "labels.csv")
+
+    def aggregate(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "crowdspark", "aggregate", "--labels", labels, "--engine",
+                               "local", *args], capture_output=True, text=True, timeout=300)
+
+    refused = aggregate("--set", "ds.max_iter=3", "--output", str(tmp_path / "refused"))
+    assert refused.returncode == 2, refused.stderr
+    assert "--set ds.max_iter=3 sets a parameter of ds, but this run's algorithm is ads" in refused.stderr
+    assert "--set ads.max_iter=3" in refused.stderr and "Traceback" not in refused.stderr
+    assert not (tmp_path / "refused").exists()
+    done = aggregate("--config", str(DEFAULT), "--set", "ads.max_iter=3", "--output", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["iterations"] <= 3
+    assert summary["config"]["unused_sections"] == sorted(set(tomllib.loads(DEFAULT.read_text())) &
+                                                          set(algorithm_names()) - {"ads"})

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from crowdspark.errors import ConfigError, InputError
 from tests.helpers import DATA
 
 crowdkit = pytest.importorskip("crowdkit.aggregation", reason="crowd-kit is not installed (pip install -e '.[test]')")
@@ -44,7 +45,8 @@ RESULT = {{attr: getattr(model, attr) for attr in ATTRIBUTES if getattr(model, a
 RESULT["true_labels"] = true_labels
 """
 
-ATTRIBUTES = ("labels_", "probas_", "errors_", "skills_", "priors_", "alphas_", "betas_", "spamming_", "thetas_")
+ATTRIBUTES = ("labels_", "probas_", "errors_", "skills_", "priors_", "alphas_", "betas_", "spamming_", "thetas_",
+              "scores_")
 #: crowd-kit 1.4.2's MACE sums its strategy counts by worker and label in sorted order and stores them by
 #: order of first appearance, so its answer depends on the order of the rows; the script gives it the frame
 #: sorted by worker and label, where the two orders agree (docs/catalogue.md, "mace")
@@ -220,3 +222,112 @@ def test_glads_crowd_kit_preset_stops_where_crowd_kit_stops_with_its_answers():
     both = untied(theirs.probas_, index) & untied(ours.probas_.rename(columns=str), index)
     assert both.mean() > 0.9
     assert (ours.labels_.loc[index][both] == theirs.labels_.loc[index][both]).all()
+
+
+def test_majority_votes_skills_weigh_the_vote_as_crowd_kits_weighted_vote():
+    from crowdspark.api import MajorityVote
+
+    data = pd.read_csv(DATA / "bluebird" / "labels.csv").rename(columns={"item": "task"})
+    rng = np.random.default_rng(0)
+    workers = np.sort(data["worker"].unique())
+    skills = pd.Series(rng.uniform(0.0, 1.0, len(workers)), index=pd.Index(workers, name="worker"))
+    theirs = crowdkit.MajorityVote().fit(data, skills)
+    ours = MajorityVote().fit(data, skills)
+    index = theirs.labels_.index
+    assert sorted(ours.labels_.index) == sorted(index)
+    both = untied(theirs.probas_, index) & untied(ours.probas_, index)
+    assert both.mean() > 0.9
+    pd.testing.assert_series_equal(ours.labels_.loc[index], theirs.labels_, check_names=False)
+    np.testing.assert_allclose(ours.probas_.loc[index, theirs.probas_.columns].to_numpy(),
+                               theirs.probas_.to_numpy())
+    pd.testing.assert_series_equal(ours.skills_.sort_index(), theirs.skills_.sort_index())
+    unweighted = MajorityVote().fit(data)
+    assert (unweighted.labels_.loc[index][both] != ours.labels_.loc[index][both]).any()
+    # the second positional argument is skills, never gold: skills of 1.0 are the plain vote
+    ones = MajorityVote().fit_predict(data, pd.Series(1.0, index=workers))
+    plain = crowdkit.MajorityVote().fit_predict(data)
+    tied = ~untied(unweighted.probas_, index)
+    assert (ones.loc[index][~tied] == plain[~tied]).all()
+
+
+def crowd_kit_parameters(name: str) -> dict:
+    """crowd-kit's constructor parameters of ``name`` with its defaults, in its order (attrs' ``NOTHING``, a
+    value crowd-kit computes, as None)."""
+    import inspect
+
+    return {key: None if type(p.default).__name__ == "_Nothing" else p.default
+            for key, p in inspect.signature(getattr(crowdkit, name)).parameters.items()}
+
+
+@pytest.mark.parametrize("name", both_have())
+def test_crowd_kits_constructor_arguments_are_taken_in_its_order_with_one_warning_at_most(name):
+    from crowdspark.api import CLASSES
+    from crowdspark.faces import CROWDKIT_POSITIONAL
+
+    theirs = crowd_kit_parameters(name)
+    assert CROWDKIT_POSITIONAL.get(name, ()) == tuple(theirs)
+    for args, kwargs in ((tuple(theirs.values()), {}), ((), theirs)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = CLASSES[name](*args, **kwargs)
+        assert len(caught) <= 1, [str(w.message) for w in caught]
+        if caught:
+            assert "does not use" in str(caught[0].message) and caught[0].filename == __file__
+        if "n_iter" in theirs:
+            assert model.params["max_iter"] == theirs["n_iter"]
+    with pytest.raises(TypeError, match=rf"{name}\(\) takes"):
+        CLASSES[name](*range(len(theirs) + 1))
+
+
+def test_positional_arguments_mean_what_they_mean_in_crowd_kit():
+    from crowdspark.api import DawidSkene, MajorityVote
+
+    data = pd.read_csv(DATA / "bluebird" / "labels.csv").rename(columns={"item": "task"})
+    assert DawidSkene(7).params == DawidSkene(n_iter=7).params == {"max_iter": 7}
+    assert DawidSkene(7, 1e-3).params == {"max_iter": 7, "tol": 1e-3}
+    with pytest.raises(TypeError, match="multiple values for argument 'n_iter'"):
+        DawidSkene(7, n_iter=8)
+    vote = MajorityVote(0.5, "value")
+    assert (vote.default_skill, vote.on_missing_skill) == (0.5, "value")
+    some = pd.Series(1.0, index=data["worker"].unique()[:5])
+    with pytest.raises(InputError, match="labels are by workers without a skill"):
+        MajorityVote().fit(data, some)
+    ignored = MajorityVote(on_missing_skill="ignore").fit(data[data["worker"].isin(some.index)], some)
+    theirs = crowdkit.MajorityVote(on_missing_skill="ignore").fit(data[data["worker"].isin(some.index)], some)
+    pd.testing.assert_series_equal(ignored.labels_.loc[theirs.labels_.index], theirs.labels_, check_names=False)
+    filled = MajorityVote(default_skill=0.5, on_missing_skill="value").fit(data, some)
+    theirs = crowdkit.MajorityVote(default_skill=0.5, on_missing_skill="value").fit(data, some)
+    pd.testing.assert_series_equal(filled.labels_.loc[theirs.labels_.index], theirs.labels_, check_names=False)
+    with pytest.raises(ConfigError, match="default_skill is the skill of the workers skills does not list"):
+        MajorityVote(default_skill=0.5)
+
+
+def test_mmsrs_scores_are_the_vote_weighted_by_its_skills_as_in_crowd_kit():
+    from crowdspark.api import MMSR
+
+    data = pd.read_csv(DATA / "bluebird" / "labels.csv").rename(columns={"item": "task"})
+    model = MMSR(preset="crowd-kit")
+    scores = model.fit_predict_score(data)
+    assert scores is model.scores_
+    weighted = crowdkit.MajorityVote().fit(data, model.skills_).probas_
+    np.testing.assert_allclose(scores.loc[weighted.index, weighted.columns].to_numpy(), weighted.to_numpy())
+    assert (scores.idxmax(axis=1) == model.labels_).all()
+
+
+def test_initial_error_addition_starts_from_crowd_kits_first_m_step():
+    from crowdspark.api import DawidSkene
+
+    data = pd.read_csv(DATA / "bluebird" / "labels.csv").rename(columns={"item": "task"})
+    first = crowdkit.DawidSkene(10).fit(data)
+    counts = (first.errors_ * 20).iloc[:40]  # some workers' counts
+    start = DawidSkene(initial_error_strategy="addition")._added_errors(data, "task", None, counts)
+    shares = crowdkit.MajorityVote().fit_predict_proba(data)
+    theirs = crowdkit.DawidSkene._m_step(data[["task", "worker", "label"]], shares, counts, "addition")
+    ours = start / start.groupby(level="worker").sum()
+    ours = ours.loc[theirs.index, theirs.columns]
+    np.testing.assert_allclose(ours.to_numpy(), theirs.to_numpy(), atol=1e-9)
+    # counts that outweigh the data's start as the matrices they hold would ('assign')
+    added = DawidSkene(initial_error_strategy="addition").fit(data, initial_error=first.errors_ * 1e9)
+    assigned = DawidSkene(initial_error_strategy="assign").fit(data, initial_error=first.errors_)
+    assert added.summary_["warm_start"]["workers_known"] == data["worker"].nunique()
+    pd.testing.assert_series_equal(added.labels_, assigned.labels_)

@@ -50,10 +50,8 @@ def test_a_class_for_one_algorithm_refuses_another():
         api.DawidSkene(algorithm="mv")
     with pytest.raises(ConfigError, match=r"DawidSkeneAggregator always runs 'ds'"):
         ml.DawidSkeneAggregator(algorithm="mv")
-    estimator = ml.DawidSkeneAggregator()
-    estimator.setAlgorithm("mv")
     with pytest.raises(ConfigError, match=r"always runs 'ds', but its algorithm Param was set to 'mv'"):
-        estimator._run_config()
+        ml.DawidSkeneAggregator().setAlgorithm("mv")
 
 
 def test_crowd_kit_and_pyspark_names_are_aliases_of_one_setting():
@@ -64,9 +62,9 @@ def test_crowd_kit_and_pyspark_names_are_aliases_of_one_setting():
     assert ml.DawidSkeneAggregator(max_iter=7)._algorithm_params() == {"max_iter": 7}
     with pytest.raises(ConfigError, match="maxIter is given twice"):
         ml.DawidSkeneAggregator(maxIter=7, max_iter=8)
-    both = ml.DawidSkeneAggregator(maxIter=7, algorithmParams={"max_iter": 9})
-    with pytest.raises(ConfigError, match="max_iter is set twice"):
-        both._algorithm_params()
+    with pytest.raises(ConfigError, match=r"maxIter is set twice on DawidSkeneAggregator \(as a Param and in "
+                                          r"algorithmParams\)"):
+        ml.DawidSkeneAggregator(maxIter=7, algorithmParams={"max_iter": 9})
     # a level model's H is chosen from the data unless it is set
     assert ml.DifficultyDawidSkeneAggregator().getNLevels() is None
     assert ml.DifficultyDawidSkeneAggregator()._algorithm_params() == {}
@@ -107,3 +105,16 @@ def test_the_command_line_lists_every_registered_algorithm():
     assert "chosen among [1, 2] by BIC" in listing["dds"]["parameters"]["n_levels"]["default"]
     assert main(["algorithms"]) == 0
     assert CLI == "cli"
+
+
+def test_every_face_runs_one_default_algorithm():
+    import inspect
+
+    from crowdspark.config import DEFAULT_ALGORITHM, RunConfig, load_config
+
+    assert ml.CrowdAggregator().getAlgorithm() == DEFAULT_ALGORITHM
+    assert inspect.signature(ml.aggregate_df).parameters["algorithm"].default == DEFAULT_ALGORITHM
+    assert api.Aggregator().algorithm == DEFAULT_ALGORITHM
+    assert RunConfig().algorithm == load_config().algorithm == DEFAULT_ALGORITHM
+    args = build_parser().parse_args(["aggregate", "--labels", "x.csv", "--output", "o"])
+    assert load_config(args.config, args.overrides, algorithm=args.algorithm).algorithm == DEFAULT_ALGORITHM

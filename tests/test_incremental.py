@@ -35,7 +35,8 @@ NIGHTLY = ["input.date_column=date", "incremental.mode=on", "ds.tol=1e-10", "ds.
 
 def config(*extra: str, algorithm: str = "ds", engine: str = "local", spark_small: bool = False):
     engine_keys = [] if engine == "local" or spark_small else ["engine.small_input_bytes=0"]
-    return load_config(overrides=[*NIGHTLY, *engine_keys, *extra], algorithm=algorithm, engine_name=engine)
+    own = [key for key in NIGHTLY if key.split(".")[0] not in ALGORITHMS or key.startswith(f"{algorithm}.")]
+    return load_config(overrides=[*own, *engine_keys, *extra], algorithm=algorithm, engine_name=engine)
 
 
 def write_days(root, frame: pd.DataFrame) -> str:

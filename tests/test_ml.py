@@ -14,7 +14,7 @@ import crowdspark.ml as ml
 from crowdspark.models.registry import algorithm_names
 from crowdspark.api import Aggregator
 from crowdspark.quality import ITEM_COLUMNS
-from crowdspark.config import load_config
+from crowdspark.config import DEFAULT_ALGORITHM, load_config
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.rules import Encoding
 from crowdspark.ml import (
@@ -45,7 +45,7 @@ CASES = {"ds": {}, "mv": {}, "idbla": {"burn_in": 5, "n_samples": 5}, "glad": {"
 def test_params_have_docs_and_the_command_line_defaults():
     agg = CrowdAggregator()
     expected = {
-        "itemCol": "item", "workerCol": "worker", "labelCol": "label", "algorithm": "ds", "seed": 0,
+        "itemCol": "item", "workerCol": "worker", "labelCol": "label", "algorithm": DEFAULT_ALGORITHM, "seed": 0,
         "algorithmParams": "{}", "classes": [], "partitions": 0, "maxBlockLabels": 2_000_000,
         "checkpointInterval": 10, "handleUnknownWorkers": "error",
     }
@@ -75,8 +75,8 @@ def test_algorithm_params_and_seed_take_their_declared_types():
     config = DawidSkeneAggregator(algorithmParams={"max_iter": 5.0, "tol": 0}, seed=7.0)._run_config()
     typed = {k: (type(v), v) for k, v in config.algorithm_params().items()}
     assert typed == {"max_iter": (int, 5), "tol": (float, 0.0)} and type(config.seed) is int
-    with pytest.raises(ConfigError, match=r"^ds.max_iter must be an integer, but got 5.5$"):
-        DawidSkeneAggregator(algorithmParams={"max_iter": 5.5})._run_config()
+    with pytest.raises(ConfigError, match=r"^maxIter must be an integer, but got 5.5$"):
+        DawidSkeneAggregator(algorithmParams={"max_iter": 5.5})
 
 
 @pytest.mark.parametrize("param", ["seed", "partitions", "maxBlockLabels", "checkpointInterval"])
@@ -340,20 +340,45 @@ def test_input_errors_are_the_command_lines(spark, labels):
         CrowdAggregator(classes=["0", "yes"]).fit(labels)
 
 
-@pytest.mark.spark
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         ({"algorithm": "nope"}, r"algorithm must be one of \[.*'ds'.*\], but got 'nope'"),
         ({"algorithmParams": {"max_iter": 0}}, r"^maxIter must be an integer >= 1, but got 0"),
-        ({"algorithmParams": {"maxiter": 5}}, r"unknown parameter\(s\) maxiter for algorithm 'ds'; known: maxIter, "),
+        ({"algorithm": "ds", "algorithmParams": {"maxiter": 5}},
+         r"^unknown parameter\(s\) maxiter for algorithm 'ds'; known: maxIter, smoothing, tol \(did you mean 'maxIter'\?\)$"),
+        ({"algorithm": "ds", "algorithmParams": {"n_iter": 3}},
+         r"^unknown parameter\(s\) nIter for algorithm 'ds'; known: maxIter, smoothing, tol \(did you mean 'maxIter'\?\)$"),
         ({"seed": -1}, r"seed must be an integer >= 0, but got -1"),
         ({"partitions": -2}, r"^partitions must be an integer >= 0, but got -2"),
     ],
 )
-def test_config_errors_name_the_settings_as_this_face_does(labels, kwargs, message):
+def test_config_errors_name_the_settings_as_this_face_does_when_the_estimator_is_built(kwargs, message):
     with pytest.raises(ConfigError, match=message):
-        CrowdAggregator(**kwargs).fit(labels)
+        CrowdAggregator(**kwargs)
+    if "algorithmParams" in kwargs:
+        with pytest.raises(ConfigError, match=message):
+            DawidSkeneAggregator().setAlgorithmParams(kwargs["algorithmParams"])
+
+
+def test_setting_another_algorithm_is_checked_and_params_take_this_faces_names():
+    with pytest.raises(ConfigError, match=r"algorithm must be one of .*, but got 'nope'"):
+        CrowdAggregator().setAlgorithm("nope")
+    with pytest.raises(ConfigError, match=r"algorithm must be one of .*, but got 'nope'"):
+        CrowdAggregator().setParams(algorithm="nope")
+    config = CrowdAggregator(algorithm="ds", algorithmParams={"maxIter": 3, "tol": 0.1})._run_config()
+    assert config.algorithm_params() == {"max_iter": 3, "tol": 0.1}
+    with pytest.raises(ConfigError, match=r"^maxIter is given twice in algorithmParams \(as maxIter and as max_iter\); give it once$"):
+        CrowdAggregator(algorithm="ds", algorithmParams={"max_iter": 3, "maxIter": 4})
+
+
+def test_a_pandas_frame_is_pointed_to_the_pandas_api():
+    frame = pd.read_csv(LABELS, dtype=str)
+    with pytest.raises(InputError, match=r"^fit: pass a Spark DataFrame of labels, but got a DataFrame\. For a "
+                                         r"pandas DataFrame use crowdspark.api"):
+        CrowdAggregator().fit(frame)
+    with pytest.raises(InputError, match=r"^fit: pass a Spark DataFrame .*crowdspark.api"):
+        aggregate_df(frame, "mv")
 
 
 @pytest.mark.spark

@@ -16,11 +16,12 @@ from pyspark.ml.util import (
 from pyspark.sql import DataFrame
 
 from crowdspark.block import DEFAULT_MAX_BLOCK_LABELS
+from crowdspark.config import DEFAULT_ALGORITHM
 from crowdspark.docstrings import field_docs
 from crowdspark.errors import ConfigError
 from crowdspark.faces import ML, camel, using_face
 from crowdspark.ml.model import CrowdAggregatorModel
-from crowdspark.ml.params import SOURCE, CrowdParams
+from crowdspark.ml.params import SOURCE, CrowdParams, check_spark_frame, field_keys
 from crowdspark.models.registry import MODELS, check_params, hyperparameters
 from crowdspark.pipeline import fit_frames
 from crowdspark.pipeline.summary import Timer
@@ -36,7 +37,8 @@ class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultPara
     Parameters
     ----------
     algorithm : str
-        A name from ``crowdspark algorithms`` (default ``"ds"``).
+        A name from ``crowdspark algorithms`` (default :data:`crowdspark.config.DEFAULT_ALGORITHM`, ``"ads"``, as
+        on the command line).
     itemCol, workerCol, labelCol : str
         Columns of the labels DataFrame (defaults ``item``, ``worker``, ``label``).
     seed : int
@@ -59,7 +61,7 @@ class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultPara
     {'tol': 1e-08}
     """
 
-    _default_algorithm = "ds"
+    _default_algorithm = DEFAULT_ALGORITHM
 
     @keyword_only
     def __init__(
@@ -80,6 +82,8 @@ class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultPara
         super().__init__()
         self._setDefault(algorithm=self._default_algorithm)
         self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+        if type(self) is CrowdAggregator:
+            self._check()
 
     @keyword_only
     def setParams(
@@ -98,10 +102,17 @@ class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultPara
         handleUnknownWorkers: str | None = None,
     ) -> "CrowdAggregator":
         """Set any of the Params by keyword (``None`` leaves a Param unchanged)."""
-        return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+        return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})._check()
+
+    def _check(self) -> "CrowdAggregator":
+        """``self``, once the run configuration of its Params is valid (ConfigError naming them as this face
+        does, when the estimator is built or its algorithm or parameters are set)."""
+        with using_face(ML):
+            self._run_config()
+        return self
 
     def setAlgorithm(self, value: str) -> "CrowdAggregator":
-        return self._set(algorithm=value)
+        return self._set(algorithm=value)._check()
 
     def setItemCol(self, value: str) -> "CrowdAggregator":
         return self._set(itemCol=value)
@@ -116,7 +127,7 @@ class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultPara
         return self._set(seed=value)
 
     def setAlgorithmParams(self, value: dict[str, Any] | str) -> "CrowdAggregator":
-        return self._set(algorithmParams=value)
+        return self._set(algorithmParams=value)._check()
 
     def setClasses(self, value: list[str]) -> "CrowdAggregator":
         return self._set(classes=value)
@@ -202,17 +213,18 @@ def _estimator_class(model: type) -> type[CrowdAggregator]:
         CrowdAggregator.__init__(self, **common)
         self._setDefault(**{param: defaults[field] for param, field in params.items() if field not in chosen})
         self._set(**own)
+        self._check()
 
     def _algorithm_params(self: CrowdAggregator) -> dict[str, Any]:
         if self.getAlgorithm() != name:
             raise ConfigError(f"{type(self).__name__} always runs {name!r}, but its algorithm Param was set to "
                               f"{self.getAlgorithm()!r}; use CrowdAggregator for another algorithm")
-        given = self.getAlgorithmParams()
+        given = field_keys(name, self.getAlgorithmParams())
         for param, field in params.items():
             if self.isSet(param):
                 if field in given:
-                    raise ConfigError(f"{field} is set twice on {type(self).__name__} (as the Param {param} "
-                                      "and in algorithmParams); set it once")
+                    raise ConfigError(f"{param} is set twice on {type(self).__name__} (as a Param and in "
+                                      "algorithmParams); set it once")
                 given[field] = self.getOrDefault(param)
         return given
 
@@ -239,6 +251,7 @@ def fit_model(
     params: CrowdParams, labels_df: DataFrame, gold_df: DataFrame | None = None, truth: str = "truth"
 ) -> "CrowdAggregatorModel":
     """Fit on the Spark engine through the shared runner and keep what the model needs."""
+    check_spark_frame(labels_df, "fit")
     spark = labels_df.sparkSession
     config = params._run_config(truth)
     timer = Timer()
@@ -268,7 +281,7 @@ def fit_model(
 
 def aggregate_df(
     labels_df: DataFrame,
-    algorithm: str = "ds",
+    algorithm: str = DEFAULT_ALGORITHM,
     *,
     gold_df: DataFrame | None = None,
     seed: int = 0,

@@ -27,7 +27,7 @@ from crowdspark.io.pandas_reader import encode_rows
 from crowdspark.io.rules import Encoding
 from crowdspark.io.spark_reader import SparkLabels, prepare_labels_spark
 from crowdspark.io.tables import item_frame, item_schema
-from crowdspark.ml.params import SOURCE, UNKNOWN_WORKER_CHOICES, CrowdParams
+from crowdspark.ml.params import SOURCE, UNKNOWN_WORKER_CHOICES, CrowdParams, check_spark_frame
 from crowdspark.ml.persistence import ModelReader, ModelWriter
 from crowdspark.pipeline.quality import relabel_queue, worker_confusions
 from crowdspark.models.base import Model as Kernel
@@ -144,6 +144,7 @@ class CrowdAggregatorModel(Model, CrowdParams, MLReadable, MLWritable):
 
     def _transform(self, dataset: DataFrame) -> DataFrame:
         with using_face(ML):
+            check_spark_frame(dataset, "transform")
             return score_labels(self, dataset)
 
     def write(self) -> MLWriter:

@@ -8,14 +8,16 @@ from functools import partial
 from typing import Any
 
 from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.sql import DataFrame
 
 from crowdspark.block import DEFAULT_MAX_BLOCK_LABELS
-from crowdspark.config import EngineConfig, GoldConfig, InputConfig, RunConfig, SparkConfig
-from crowdspark.errors import ConfigError
-from crowdspark.models.registry import algorithm_names
+from crowdspark.config import DEFAULT_ALGORITHM, EngineConfig, GoldConfig, InputConfig, RunConfig, SparkConfig
+from crowdspark.errors import ConfigError, InputError
+from crowdspark.faces import camel
+from crowdspark.models.registry import ALGORITHMS, algorithm_names, hyperparameters
 from crowdspark.validation import check_choice, check_int
 
-__all__ = ["UNKNOWN_WORKER_CHOICES", "SOURCE", "CrowdParams"]
+__all__ = ["UNKNOWN_WORKER_CHOICES", "SOURCE", "CrowdParams", "check_spark_frame", "field_keys"]
 
 
 UNKNOWN_WORKER_CHOICES = ("error", "skip")
@@ -68,8 +70,8 @@ class CrowdParams(Params):
     algorithmParams: Param[str] = Param(
         Params._dummy(),
         "algorithmParams",
-        "the algorithm's parameters as a JSON object string (a dict is accepted), the keys of its "
-        "configuration section, e.g. {\"max_iter\": 50}; unknown keys are an error listing the known ones",
+        "the algorithm's parameters as a JSON object string (a dict is accepted), by their Param names or the "
+        "keys of the configuration section, e.g. {\"maxIter\": 50}; unknown keys are an error listing the known ones",
         _to_json_object,
     )
     classes: Param[list[str]] = Param(
@@ -108,7 +110,7 @@ class CrowdParams(Params):
             itemCol="item",
             workerCol="worker",
             labelCol="label",
-            algorithm="ds",
+            algorithm=DEFAULT_ALGORITHM,
             seed=0,
             algorithmParams="{}",
             classes=[],
@@ -184,5 +186,32 @@ class CrowdParams(Params):
         )
 
     def _algorithm_params(self) -> dict[str, Any]:
-        """The algorithm's parameters this object sets (``algorithmParams``)."""
-        return self.getAlgorithmParams()
+        """The algorithm's parameters this object sets (``algorithmParams``), by their field names."""
+        return field_keys(self.getAlgorithm(), self.getAlgorithmParams())
+
+
+def field_keys(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with this face's camelCase names (``maxIter``) replaced by the field names (``max_iter``) of
+    ``algorithm``'s parameters; other keys stay as given (the configuration's checks name them)."""
+    if algorithm not in ALGORITHMS:
+        return dict(params)
+    fields = {camel(f): f for f in hyperparameters(algorithm)}
+    out: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for key, value in params.items():
+        field = fields.get(key, key)
+        if field in out:
+            raise ConfigError(f"{camel(field)} is given twice in algorithmParams (as {given[field]} and as {key}); "
+                              "give it once")
+        out[field], given[field] = value, key
+    return out
+
+
+def check_spark_frame(frame: Any, method: str) -> None:
+    """InputError unless ``frame`` is a Spark DataFrame; a pandas frame is pointed to :mod:`crowdspark.api`."""
+    if isinstance(frame, DataFrame):
+        return
+    hint = (" For a pandas DataFrame use crowdspark.api (the same algorithms, crowd-kit style: "
+            "from crowdspark.api import DawidSkene; DawidSkene().fit(frame)), or spark.createDataFrame(frame)."
+            if type(frame).__module__.startswith("pandas") else "")
+    raise InputError(f"{method}: pass a Spark DataFrame of labels, but got a {type(frame).__name__}.{hint}")

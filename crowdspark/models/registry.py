@@ -199,7 +199,7 @@ def check_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError(
             f"unknown parameter(s) {', '.join(display_key(f'{name}.{k}') for k in unknown)} for algorithm {name!r}; "
             f"known: {', '.join(sorted(field_name(k) for k in known)) or '(none)'}"
-            f"{did_you_mean(unknown[0], [*known, *RUN_KEYS])}"
+            f"{did_you_mean(field_name(unknown[0]), [field_name(k) for k in [*known, *RUN_KEYS]])}"
         )
     _check_run_keys(name, params, known)
     model = cls(n_workers=1, n_classes=2, seed=0, **{k: v for k, v in params.items() if k in known})
