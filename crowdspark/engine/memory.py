@@ -40,7 +40,8 @@ from crowdspark.errors import ConfigError
 from crowdspark.models.base import Footprint, Model
 
 __all__ = ["FitShape", "Prediction", "Budget", "predict_fit", "host_memory", "memory_budget", "parse_bytes",
-           "check_fit_memory", "format_bytes", "PARAM_COPIES", "ONE_PASS_COPIES", "ITEM_COPIES", "LABEL_BYTES", "QUALITY_COPIES",
+           "check_fit_memory", "format_bytes", "configured_models", "predict_configured", "configured_budget",
+           "check_configured", "PARAM_COPIES", "ONE_PASS_COPIES", "ITEM_COPIES", "LABEL_BYTES", "QUALITY_COPIES",
            "ACCURACY"]
 
 #: copies of the global parameters at the peak of a sweep (old and new parameters, the summed statistics, the
@@ -174,7 +175,8 @@ def predict_fit(model: Model, shape: FitShape, engine: str = "local", quality: b
     quality_bytes = QUALITY_COPIES * CELL * k * c * c if quality else 0.0
     drivers = f"the parameters' largest table, {_describe(fp.largest)}" if fp.largest else "the parameters"
     if quality and k * c * c > fp.params:
-        drivers = f"the quality signals' (K, C, C) tables, {_describe((('workers', k), ('classes', c), ('classes', c)))}"
+        table = (("workers", k), ("classes", c), ("classes", c))
+        drivers = f"the quality signals' (K, C, C) tables, {_describe(table)}"
 
     def host(items: int, labels: int, block_i: int) -> dict[str, int]:
         data = LABEL_BYTES * labels + CELL * (fp.state * items + fp.label * labels)
