@@ -246,10 +246,12 @@ class Glad(Model):
         return beta
 
     def footprint(self) -> Footprint:
-        """A few values per worker (alpha, its gradient and information), the posterior (n, C) of a block and the
-        difficulties (with the posteriors, when the blocks keep them) the blocks keep."""
+        """A few values per worker (alpha, its gradient and information), the posterior (n, C) of a block, the
+        per-label weights and probabilities of a sweep, and the difficulties (with the posteriors, when the blocks
+        keep them) the blocks keep."""
         k, c = self.n_workers, self.n_classes
-        return Footprint(params=4 * k, item=c, state=1 + (c if self._keeps_posteriors else 0), label=0, largest=(("workers", k),))
+        return Footprint(params=4 * k, item=c, state=1 + (c if self._keeps_posteriors else 0), label=3,
+                         largest=(("workers", k),))
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         return {"beta": np.full(block.n_items, self.beta_prior_mean)}, {
