@@ -226,7 +226,7 @@ def test_the_check_names_the_algorithms_that_would_fit():
         check_configured(config, FitShape(2000, 1000, 60, 4000), "local")
     message = str(caught.value)
     assert "choose an algorithm with fewer parameters that fits: " in message
-    fitting = message.split("that fits: ")[1].split(" (--algorithm)")[0].split(", ")
+    fitting = message.split("that fits: ")[1].split(";")[0].split(", ")
     assert "wawa" in fitting and "ds" not in fitting and "ads" not in fitting
 
 

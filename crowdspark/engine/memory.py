@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from crowdspark.errors import ConfigError
+from crowdspark.faces import setting
 from crowdspark.models.base import Footprint, Model
 
 __all__ = ["FitShape", "Prediction", "Budget", "predict_fit", "host_memory", "memory_budget", "parse_bytes",
@@ -299,13 +300,12 @@ def _alternatives(fits: Callable[[str, bool], bool | None], names: Iterable[str]
     ``None`` when the algorithm cannot run on this input)."""
     fitting = [n for n in names if fits(n, quality)]
     if fitting:
-        return f"choose an algorithm with fewer parameters that fits: {', '.join(fitting)} (--algorithm)"
+        return f"choose an algorithm with fewer parameters that fits: {', '.join(fitting)}"
     if quality:
         fitting = [n for n in names if fits(n, False)]
         if fitting:
-            return (f"choose an algorithm with fewer parameters and switch the quality signals off, which hold "
-                    f"(K, C, C) tables: --algorithm {fitting[0]} --set quality.enabled=false (also: "
-                    f"{', '.join(fitting[1:]) or 'none'})")
+            return (f"choose an algorithm with fewer parameters, {', '.join(fitting)}, and switch the quality "
+                    f"signals off, which hold (K, C, C) tables ({setting('quality.enabled', False)})")
     return "no algorithm fits this input in this budget"
 
 
@@ -342,7 +342,7 @@ def check_fit_memory(algorithm: str, prediction: Prediction, budget: Budget, sha
         f"than the budget of {format_bytes(budget.bytes)} ({budget.source}); what drives it: {prediction.drivers}. "
         f"Fix: {alternative + '; ' if alternative else ''}or fewer classes (merge rare classes in the labels: "
         f"the (K, C, C) tables grow with the square of C); or, if the host has the memory, raise the budget "
-        f"(--set engine.max_memory={math.ceil(prediction.peak_bytes * 1.25 / (1 << 30))}g)"
+        f"({setting('engine.max_memory', f'{math.ceil(prediction.peak_bytes * 1.25 / (1 << 30))}g')})"
     )
 
 
