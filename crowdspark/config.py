@@ -22,6 +22,7 @@ from typing import Any
 import tomllib
 
 from crowdspark.block import GoldSplit
+from crowdspark.engine.memory import parse_bytes
 from crowdspark.errors import ConfigError
 from crowdspark.models.registry import (
     ALGORITHMS,
@@ -195,6 +196,13 @@ class EngineConfig:
         same command started again resumes from the last checkpoint.
     checkpoint_every : int
         Save the fit's state every this many sweeps (0 = off; needs ``checkpoint_dir``).
+    max_memory : str
+        The memory a fit may use on the driver's host, e.g. ``"4g"`` or ``"512m"`` (k, m, g, t: powers of 1024);
+        empty: ``memory_share`` of what the host has (the smallest of its physical memory, its cgroup's limit and
+        the address space ``ulimit -v`` leaves).  A fit whose predicted peak is above it stops before it
+        allocates, with exit 2, the figures and the fixes (``summary.json``'s ``memory`` records both).
+    memory_share : float
+        In (0, 1]: the share of the host's memory a fit may use when ``max_memory`` is empty.
     """
 
     name: str = "spark"
@@ -202,6 +210,8 @@ class EngineConfig:
     small_input_bytes: int = 8 * 1024 * 1024
     checkpoint_dir: str = ""
     checkpoint_every: int = 0
+    max_memory: str = ""
+    memory_share: float = 0.8
 
     def __post_init__(self) -> None:
         coerce_fields(self, "engine")
@@ -213,6 +223,15 @@ class EngineConfig:
             raise ConfigError(f"engine.checkpoint_dir must be a path, but got {self.checkpoint_dir!r}")
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ConfigError("engine.checkpoint_every needs engine.checkpoint_dir (where to save the checkpoints)")
+        if self.max_memory != "":
+            parse_bytes("engine.max_memory", self.max_memory)
+            object.__setattr__(self, "max_memory", str(self.max_memory))
+        check_float("engine.memory_share", self.memory_share, minimum=0.0, maximum=1.0, strict_min=True)
+
+    @property
+    def max_memory_bytes(self) -> int:
+        """``max_memory`` in bytes, 0 when it is empty."""
+        return parse_bytes("engine.max_memory", self.max_memory) if self.max_memory != "" else 0
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from typing import Any
 from crowdspark.errors import ConfigError
 from crowdspark.faces import display_key
 
-__all__ = ["check_int", "check_float", "check_choice", "check_bool", "coerce", "coerce_fields", "did_you_mean"]
+__all__ = ["check_int", "check_float", "check_choice", "check_bool", "check_at_most", "coerce", "coerce_fields",
+           "did_you_mean"]
 
 
 def _fail(name: str, constraint: str, value: Any) -> ConfigError:
@@ -41,6 +42,14 @@ def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int
         raise _fail(name, f"an integer >= {minimum}", value)
     if maximum is not None and value > maximum:
         raise _fail(name, f"an integer <= {maximum}", value)
+    return value
+
+
+def check_at_most(name: str, value: int, maximum: int, why: str) -> int:
+    """Return ``value`` if it is at most ``maximum``, else ConfigError naming ``name`` and saying ``why``:
+    ``"<name> must be at most <maximum>, but got <value>: <why>"``."""
+    if value > maximum:
+        raise ConfigError(f"{display_key(name)} must be at most {maximum:,}, but got {value!r}: {why}")
     return value
 
 

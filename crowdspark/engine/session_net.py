@@ -16,7 +16,10 @@ deserializes anything:
 
 Each connection shakes hands in its own thread under a deadline (:data:`HANDSHAKE_SECONDS`): a peer that
 sends nothing or garbage is logged (warning) and dropped, and never delays another connection.  At most
-:data:`MAX_HANDSHAKES` run at once; connections beyond that are closed at once (with a warning).  Any other
+:data:`MAX_HANDSHAKES` run at once; connections beyond that are closed at once (with a warning).  The first
+:data:`DROP_WARNINGS` drops are logged one by one, with their peers and reasons; after them, one line per
+:data:`DROP_LOG_SECONDS` says how many more were dropped (:class:`DropLog`), so a flood of connections cannot
+flood the driver's log.  Any other
 error in the server's threads is kept in :attr:`SessionServer.error` and raised by
 :meth:`SessionServer.channels` as a :class:`SessionError`, and the server stops listening.
 
@@ -39,13 +42,15 @@ import secrets
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing.connection import AuthenticationError
 from typing import Any
 
 __all__ = [
     "SessionError", "FrameError", "Channel", "Payload", "SessionServer", "connect", "new_key", "encode",
-    "channel_keys", "HANDSHAKE_SECONDS", "MAX_HANDSHAKES", "MAX_FRAME_BYTES",
+    "channel_keys", "HANDSHAKE_SECONDS", "MAX_HANDSHAKES", "MAX_FRAME_BYTES", "DropLog", "DROP_WARNINGS",
+    "DROP_LOG_SECONDS",
 ]
 
 log = logging.getLogger(__name__)
@@ -54,6 +59,10 @@ log = logging.getLogger(__name__)
 HANDSHAKE_SECONDS = 30.0
 #: handshakes in progress at once; connections beyond are closed at once
 MAX_HANDSHAKES = 64
+#: dropped connections a session logs one by one (peer and reason); later ones are counted
+DROP_WARNINGS = 5
+#: after the first :data:`DROP_WARNINGS`, at most one line per this many seconds says how many more were dropped
+DROP_LOG_SECONDS = 60.0
 #: largest frame either side reads after the handshake (a larger length means a broken stream)
 MAX_FRAME_BYTES = 1 << 32
 _KEY_BYTES = 32
@@ -257,6 +266,59 @@ class _Deadline:
             raise TimeoutError(f"no complete handshake within {self._seconds:g} s")
 
 
+class DropLog:
+    """The warnings of a session's dropped connections, rate-limited.
+
+    The first ``first`` drops are logged one by one; each later one is counted, and a drop at least
+    ``seconds`` after the last line logs one line with the count since then; :meth:`flush` logs what is
+    still counted (when the session closes).  Thread-safe: handshake threads call :meth:`dropped`.
+
+    Parameters
+    ----------
+    first : int
+    seconds : float
+    clock : callable
+        Monotonic seconds (a test's clock).
+    """
+
+    def __init__(self, first: int = DROP_WARNINGS, seconds: float = DROP_LOG_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.first = first
+        self.seconds = seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.total = 0
+        self._counted = 0
+        self._since = 0.0
+
+    def dropped(self, message: str, *args: Any) -> None:
+        """Count a dropped connection; log ``message % args`` if it is one of the first ones."""
+        with self._lock:
+            self.total += 1
+            if self.total <= self.first:
+                if self.total == self.first:
+                    message += (f"; further drops are counted and logged once per {self.seconds:g} s")
+                log.warning(message, *args)
+                self._since = self._clock()
+                return
+            self._counted += 1
+            if self._clock() - self._since >= self.seconds:
+                self._summarize()
+
+    def flush(self) -> None:
+        """Log the drops counted since the last line, if any."""
+        with self._lock:
+            if self._counted:
+                self._summarize()
+
+    def _summarize(self) -> None:
+        now = self._clock()
+        log.warning("sweep session: dropped %d more connection(s) in the last %.0f s (%d in all, the first %d "
+                    "logged one by one above)", self._counted, now - self._since, self.total, self.first)
+        self._counted = 0
+        self._since = now
+
+
 def _proof(key: bytes, label: bytes, *challenges: bytes) -> bytes:
     """The HMAC-SHA256 under ``key`` of ``label`` followed by ``challenges``: 32 bytes."""
     return hmac.digest(key, label + b"".join(challenges), "sha256")
@@ -369,6 +431,7 @@ class SessionServer:
         self._to_all: Payload | None = None
         self._closed = False
         self.error: BaseException | None = None
+        self.drops = DropLog()
         self._acceptor = threading.Thread(target=self._accept_loop, name="crowdspark-session-accept", daemon=True)
         self._acceptor.start()
 
@@ -395,8 +458,8 @@ class SessionServer:
             if not full:
                 self._handshakes += 1
         if full:
-            log.warning("sweep session: dropped a connection from %s: %d handshakes in progress already",
-                        _name(peer), MAX_HANDSHAKES)
+            self.drops.dropped("sweep session: dropped a connection from %s: %d handshakes in progress already",
+                               _name(peer), MAX_HANDSHAKES)
             sock.close()
             return
         try:
@@ -418,8 +481,8 @@ class SessionServer:
                     nonce = secrets.token_bytes(_NONCE_BYTES)
                     sock.sendall(nonce)
             except _HANDSHAKE_FAILURES as error:
-                log.warning("sweep session: dropped a connection from %s that did not complete the handshake "
-                            "(%r)", _name(peer), error)
+                self.drops.dropped("sweep session: dropped a connection from %s that did not complete the "
+                                   "handshake (%r)", _name(peer), error)
                 sock.close()
                 return
             partition, attempt_id = _HELLO.unpack(hello)
@@ -519,6 +582,7 @@ class SessionServer:
             for channel in self._channels.values():
                 channel.close()
             self._channels.clear()
+        self.drops.flush()
 
 
 def _name(peer: Any) -> str:

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from crowdspark.block import Block
-from crowdspark.models.base import ItemResult, State, Update
+from crowdspark.models.base import Footprint, ItemResult, State, Update
 from crowdspark.models.common import (
     argmax_random_ties,
     confusion_counts,
@@ -132,6 +132,12 @@ class AdaptiveDawidSkene(DawidSkene):
     def _fixed_structure(self) -> np.ndarray:
         """The configured structure's index, shape (1,), or -1 for ``"auto"``."""
         return np.array([STRUCTURES.index(self.structure) if self.structure != "auto" else -1], dtype=np.int64)
+
+    def footprint(self) -> Footprint:
+        """Both structures' confusion matrices (K, 2, C, C) and the scores of both over the true class (n, 2, C)."""
+        k, c = self.n_workers, self.n_classes
+        return Footprint(params=2 * (k * c * c + c), item=2 * c,
+                         largest=(("workers", k), ("structures", 2), ("classes", c), ("classes", c)))
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         state, stats = super().init_block(block)  # both structures start from the same majority-vote counts

@@ -38,11 +38,32 @@ import numpy as np
 
 from crowdspark.block import Block
 from crowdspark.stats import Stats
-from crowdspark.validation import coerce_fields
+from crowdspark.validation import check_at_most, coerce_fields
 
-__all__ = ["Model", "ItemResult", "Update", "State", "Schedule", "Preset", "LevelModel", "no_worker_start"]
+__all__ = ["RUN_BOUNDS", "MAX_SWEEPS", "Model", "ItemResult", "Update", "State", "Schedule", "Preset", "LevelModel",
+           "Footprint", "no_worker_start"]
 
 State = dict[str, np.ndarray] | None
+
+_DAYS = "is a pass over every label, so a fit this long would run for days"
+#: the largest value of each setting that makes a fit longer or its arrays larger, whatever the model that has
+#: it: field name -> (maximum, why).  A model with a field of one of these names is bounded by
+#: :meth:`Model.__post_init__` before its own checks, so a value past the bound names its own key.
+RUN_BOUNDS: dict[str, tuple[int, str]] = {
+    "max_iter": (100_000, f"every iteration {_DAYS} (EM fits converge in hundreds; loosen tol instead)"),
+    "burn_in": (100_000, f"every sweep {_DAYS} (the paper burns in 100)"),
+    "n_samples": (100_000, f"every kept sample {_DAYS} (the paper keeps 500)"),
+    "thin": (1_000, f"every sweep between kept samples {_DAYS}"),
+    "n_levels": (100, "each level adds a (K, C, C) table of confusion matrices, and levels past a handful "
+                      "are empty (the paper uses 2 to 5)"),
+    "newton_steps": (10_000, "Newton steps per item on every initialization (40 converge)"),
+    "histogram_bins": (1 << 24, "bins of a histogram every block sends to the driver (4096 resolve the "
+                                "level thresholds)"),
+    "beta_steps": (10_000, "optimizer steps per sweep (3 by default)"),
+    "m_step_rounds": (10_000, "M-step passes over every label per sweep"),
+}
+#: the largest number of sweeps a sampler's settings may add up to (``burn_in + thin * n_samples``)
+MAX_SWEEPS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -130,6 +151,35 @@ class Schedule:
         return self.samples and sweep > self.burn_in and (sweep - self.burn_in) % self.thin == 0
 
 
+@dataclass(frozen=True)
+class Footprint:
+    """A model's large arrays, in float64 cells, from which :mod:`crowdspark.engine.memory` predicts the peak
+    memory of its fit before anything is allocated.
+
+    Attributes
+    ----------
+    params : int
+        Cells of one copy of the global parameters (the summed statistics have the same size): what the driver
+        holds, and every block receives each sweep.
+    item : int
+        Cells per item of the tables one sweep makes over a block (log scores and posterior over the item's
+        latent configurations, e.g. C, or H C with levels).
+    state : int
+        Cells per item of the state a block keeps between sweeps (0 for a stateless model).
+    label : int
+        Cells per label of the per-label arrays one sweep makes beyond the block's codes.
+    largest : tuple of (str, int)
+        The dimensions of the largest parameter table, named (e.g. ``(("workers", K), ("classes", C),
+        ("classes", C))``): what a refusal names as the cause.
+    """
+
+    params: int
+    item: int
+    state: int = 0
+    label: int = 0
+    largest: tuple[tuple[str, int], ...] = ()
+
+
 class Model:
     """Base class of the kernel protocol; see the module docstring."""
 
@@ -176,8 +226,20 @@ class Model:
         return Schedule()
 
     def __post_init__(self) -> None:
-        """Bring every field to its declared type (:func:`crowdspark.validation.coerce_fields`)."""
+        """Bring every field to its declared type (:func:`crowdspark.validation.coerce_fields`), then bound the
+        fields named in :data:`RUN_BOUNDS`."""
         coerce_fields(self, self.name)
+        for key, (maximum, why) in RUN_BOUNDS.items():
+            value = getattr(self, key, None)
+            if isinstance(value, int) and not isinstance(value, bool):
+                check_at_most(f"{self.name}.{key}", value, maximum, why)
+
+    def footprint(self) -> Footprint:
+        """The model's large arrays (:class:`Footprint`); default: a full confusion matrix per worker,
+        (K, C, C), and a posterior over the true class per item, (C,)."""
+        k, c = self.n_workers, self.n_classes  # type: ignore[attr-defined]
+        return Footprint(params=k * c * c + c, item=c, state=c if self.stateful else 0,
+                         largest=(("workers", k), ("classes", c), ("classes", c)))
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         raise NotImplementedError
@@ -363,6 +425,13 @@ class LevelModel(Model):
         """Every criterion H can be chosen by: AIC, BIC, ICL and :attr:`extra_level_criteria`, name -> whether
         larger is better."""
         return {"aic": False, "bic": False, "icl": False, **cls.extra_level_criteria}
+
+    def footprint(self) -> Footprint:
+        """A confusion matrix per worker and level, (K, H, C, C), and a posterior over (level, class) per item,
+        (H C,)."""
+        k, h, c = self.n_workers, self.n_levels, self.n_classes  # type: ignore[attr-defined]
+        return Footprint(params=k * h * c * c + h * c, item=h * c, state=h * c if self.stateful else 0,
+                         largest=(("workers", k), ("levels", h), ("classes", c), ("classes", c)))
 
     def n_free_parameters(self) -> int:
         """Free parameters of the model (for AIC and BIC)."""

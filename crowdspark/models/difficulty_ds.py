@@ -67,7 +67,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from crowdspark.block import Block
-from crowdspark.models.base import ItemResult, LevelModel, Schedule, State, Update
+from crowdspark.models.base import Footprint, ItemResult, LevelModel, Schedule, State, Update
 from crowdspark.models.common import (
     argmax_random_ties,
     confusion_counts,
@@ -598,6 +598,13 @@ class DifficultyDawidSkene(LevelModel):
             "confusion": confusion_counts(block, shares, self.n_workers, self.n_classes),
             "classes": shares.sum(axis=0),
         }
+
+    def footprint(self) -> Footprint:
+        """The base matrices (K, C, C), the level matrices and the counts (K, H, C, C) each, and the scores
+        over (level, class) of a block's items (n, H C)."""
+        k, h, c = self.n_workers, self.n_levels, self.n_classes
+        return Footprint(params=k * c * c * (1 + 2 * h) + h * c, item=h * c,
+                         largest=(("workers", k), ("levels", h), ("classes", c), ("classes", c)))
 
     def init_params(self, stats: Stats) -> dict[str, Any]:
         s = self.smoothing

@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from crowdspark.block import Block
-from crowdspark.models.base import ItemResult, Model, Preset, Schedule, State, Update
+from crowdspark.models.base import Footprint, ItemResult, Model, Preset, Schedule, State, Update
 from crowdspark.models.common import (
     class_match_scores,
     fix_scores,
@@ -244,6 +244,14 @@ class Glad(Model):
             info = per_item_sum(block, ax * ax * s * (1.0 - s)) + 1.0
             beta = beta + np.clip(grad / info, -_MAX_BETA_STEP, _MAX_BETA_STEP)
         return beta
+
+    def footprint(self) -> Footprint:
+        """A few values per worker (alpha, its gradient and information), the posterior (n, C) of a block, the
+        per-label weights and probabilities of a sweep, and the difficulties (with the posteriors, when the blocks
+        keep them) the blocks keep."""
+        k, c = self.n_workers, self.n_classes
+        return Footprint(params=4 * k, item=c, state=1 + (c if self._keeps_posteriors else 0), label=3,
+                         largest=(("workers", k),))
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         return {"beta": np.full(block.n_items, self.beta_prior_mean)}, {

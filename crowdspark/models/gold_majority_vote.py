@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from crowdspark.block import Block
-from crowdspark.models.base import ItemResult, Model, Preset, State
+from crowdspark.models.base import Footprint, ItemResult, Model, Preset, State
 from crowdspark.models.common import worker_label_counts
 from crowdspark.models.weighted_vote import check_ties, first_ties, pick_labels, vote_shares, weighted_scores
 from crowdspark.stats import Stats
@@ -91,6 +91,11 @@ class GoldMajorityVote(Model):
         check_choice(f"{self.name}.on_missing_skill", self.on_missing_skill, MISSING_SKILL_RULES)
         check_float(f"{self.name}.default_skill", self.default_skill, minimum=0.0)
         check_ties(self.name, self.ties)
+
+    def footprint(self) -> Footprint:
+        """Two values per worker (gold labels, right ones) and the vote scores (n, C) of a block."""
+        k, c = self.n_workers, self.n_classes
+        return Footprint(params=2 * k + c, item=c, state=0, label=0, largest=(("workers", k),))
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         gold, right = gold_label_counts(block, self.n_workers)

@@ -70,7 +70,7 @@ from scipy.special import gammaln
 
 from crowdspark.block import Block
 from crowdspark.metrics import gold_stats
-from crowdspark.models.base import ItemResult, Schedule, State, Update
+from crowdspark.models.base import Footprint, ItemResult, Schedule, State, Update
 from crowdspark.models.common import (
     argmax_random_ties,
     confusion_counts,
@@ -798,6 +798,16 @@ class IdblaCvb(IdblaInit):
     )
     #: the initialization's rounds, then one that turns T and Q into lambda and rho and sums the tables
     n_init_rounds: ClassVar[int] = IdblaInit.n_init_rounds + 1
+
+    def footprint(self) -> Footprint:
+        """The tables ``n_l`` (K, H, C, C) and, with the correction, ``s_tt`` (K, C, C, H, C) and ``s_hh``
+        (K, H, H, C, C), with the parameters derived from them; per item, the joint (H, C) and the second
+        moments (C, C, H) and (H, H, C) of a block, and the lambda and rho (C + H) the blocks keep."""
+        k, h, c = self.n_workers, self.n_levels, self.n_classes
+        second = c * c * h + h * h * c if self.correction else 0
+        largest = (("workers", k), ("classes", c), ("classes", c), ("levels", h), ("classes", c)) if self.correction \
+            else (("workers", k), ("levels", h), ("classes", c), ("classes", c))
+        return Footprint(params=2 * k * (h * c * c + c * second), item=h * c + second, state=c + h, largest=largest)
 
     def __post_init__(self) -> None:
         super().__post_init__()

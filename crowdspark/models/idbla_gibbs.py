@@ -63,7 +63,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from crowdspark.block import Block
-from crowdspark.models.base import ItemResult, Preset, Schedule, State, Update
+from crowdspark.models.base import MAX_SWEEPS, ItemResult, Preset, Schedule, State, Update
 from crowdspark.models.common import (
     argmax_random_ties,
     fix_scores,
@@ -75,7 +75,7 @@ from crowdspark.models.common import (
 from crowdspark.models.idbla_init import IdblaInit, level_counts, level_worker_table
 from crowdspark.rng import driver_generator, uniforms
 from crowdspark.stats import Stats
-from crowdspark.validation import check_bool, check_choice, check_float, check_int
+from crowdspark.validation import check_at_most, check_bool, check_choice, check_float, check_int
 
 __all__ = [
     "IdblaGibbs",
@@ -323,6 +323,9 @@ class IdblaGibbs(IdblaInit):
         check_int(f"{p}.burn_in", self.burn_in, minimum=0)
         check_int(f"{p}.thin", self.thin, minimum=1)
         check_int(f"{p}.n_samples", self.n_samples, minimum=1)
+        check_at_most(f"{p}.burn_in + {p}.thin * {p}.n_samples", self.burn_in + self.thin * self.n_samples,
+                      MAX_SWEEPS, "every sweep is a pass over every label, so a fit this long would "
+                      "run for days")
         check_float(f"{p}.min_level_share", self.min_level_share, minimum=0.0, maximum=1.0)
 
     @property

@@ -60,7 +60,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from crowdspark.block import Block
-from crowdspark.models.base import LevelModel, State
+from crowdspark.models.base import Footprint, LevelModel, State
 from crowdspark.models.common import (
     fix_labels,
     fix_scores,
@@ -315,6 +315,13 @@ class IdblaInit(LevelModel):
         check_int(f"{prefix}.newton_steps", self.newton_steps, minimum=1)
         check_float(f"{prefix}.init_smoothing", self.init_smoothing, minimum=0.0)
         check_int(f"{prefix}.histogram_bins", self.histogram_bins, minimum=self.n_levels)
+
+    def footprint(self) -> Footprint:
+        """The confusion matrices and the initialization counts, (K, H, C, C) each, the scores over (level,
+        class) of a block's items (n, H C), and the per-item class, level and epsilon the blocks keep."""
+        k, h, c = self.n_workers, self.n_levels, self.n_classes
+        return Footprint(params=2 * (k * h * c * c + h * c), item=h * c, state=3,
+                         largest=(("workers", k), ("levels", h), ("classes", c), ("classes", c)))
 
     # ---- pass 1: majority vote and worker correct rates ------------------------------------------------
     def init_block(self, block: Block) -> tuple[State, Stats]:

@@ -35,7 +35,7 @@ import numpy as np
 
 from crowdspark.block import Block
 from crowdspark.errors import ConfigError
-from crowdspark.models.base import ItemResult, Model, Schedule, State, Update
+from crowdspark.models.base import Footprint, ItemResult, Model, Schedule, State, Update
 from crowdspark.models.common import fix_labels, fix_scores, per_item_sum, tie_uniforms, worker_label_counts
 from crowdspark.models.weighted_vote import worker_agreement
 from crowdspark.stats import Stats
@@ -110,6 +110,11 @@ class Kos(Model):
             "sums": np.bincount(block.worker, weights=a * x, minlength=self.n_workers),
             "agree": worker_agreement(block, decided, self.n_workers),
         }
+
+    def footprint(self) -> Footprint:
+        """Four values per worker and the messages ``x`` (one per label) a block keeps."""
+        k, c = self.n_workers, self.n_classes
+        return Footprint(params=4 * k, item=2, state=0, label=2, largest=(("workers", k),))
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         return {"x": np.zeros(block.n_labels)}, {"labels": worker_label_counts(block, self.n_workers)}

@@ -33,7 +33,7 @@ import numpy as np
 from scipy.special import digamma
 
 from crowdspark.block import Block
-from crowdspark.models.base import ItemResult, Model, Preset, Schedule, State, Update
+from crowdspark.models.base import Footprint, ItemResult, Model, Preset, Schedule, State, Update
 from crowdspark.models.common import (
     class_match_scores,
     fix_scores,
@@ -139,6 +139,11 @@ class Mace(Model):
         scores = class_match_scores(block, self.n_classes, tables[0][cells], tables[1][cells])
         scores -= np.log(self.n_classes)
         return normalize_log(fix_scores(block, scores))
+
+    def footprint(self) -> Footprint:
+        """A label strategy (C,) and two rates per worker, and the posterior (n, C) of a block."""
+        k, c = self.n_workers, self.n_classes
+        return Footprint(params=k * (c + 2) + c, item=c, state=0, label=0, largest=(("workers", k), ("classes", c)))
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         return None, {"labels": worker_label_counts(block, self.n_workers)}

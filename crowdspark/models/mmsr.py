@@ -36,7 +36,7 @@ import scipy.sparse as sp
 
 from crowdspark.block import Block
 from crowdspark.errors import ConfigError
-from crowdspark.models.base import ItemResult, Model, Preset, State
+from crowdspark.models.base import Footprint, ItemResult, Model, Preset, State
 from crowdspark.models.common import fix_scores, incidence, normalize_log, worker_label_counts
 from crowdspark.models.weighted_vote import check_ties, first_ties, pick_labels, weighted_scores
 from crowdspark.stats import Stats
@@ -251,6 +251,12 @@ class Mmsr(Model):
                 "table); raise mmsr.max_workers if the driver and the executors have the memory, or choose "
                 "another algorithm"
             )
+
+    def footprint(self) -> Footprint:
+        """Two K x K tables of worker pairs (counts and agreements; the covariance and the mask of observed pairs
+        beside them on the driver) and the vote scores (n, C) of a block."""
+        k, c = self.n_workers, self.n_classes
+        return Footprint(params=4 * k * k, item=c, state=0, label=0, largest=(("workers", k), ("workers", k)))
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         common, agree = pair_counts(block, self.n_workers, self.n_classes)

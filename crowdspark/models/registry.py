@@ -22,7 +22,7 @@ from typing import Any
 from crowdspark.docstrings import field_docs
 from crowdspark.errors import ConfigError
 from crowdspark.faces import display_key, field_name
-from crowdspark.models.base import LevelModel, Model
+from crowdspark.models.base import RUN_BOUNDS, LevelModel, Model
 from crowdspark.models.adaptive_ds import AdaptiveDawidSkene
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.models.difficulty_ds import DifficultyDawidSkene
@@ -37,7 +37,7 @@ from crowdspark.models.mmsr import Mmsr
 from crowdspark.models.one_coin import OneCoinDawidSkene
 from crowdspark.models.wawa import Wawa
 from crowdspark.models.zero_based_skill import ZeroBasedSkill
-from crowdspark.validation import check_choice, check_int, did_you_mean
+from crowdspark.validation import check_at_most, check_choice, check_int, did_you_mean
 
 __all__ = ["MODELS", "ALGORITHMS", "PRESETS", "RUN_KEYS", "register", "algorithm_names", "hyperparameters",
            "model_class", "check_params", "build_model", "model_parameters", "describe"]
@@ -155,6 +155,9 @@ def _check_run_keys(name: str, params: dict[str, Any], known: dict[str, Any]) ->
             params["select_levels"] = [check_int(f"{name}.select_levels", h, minimum=1) for h in levels]
         except ConfigError:
             raise ConfigError(message) from None
+        maximum, why = RUN_BOUNDS["n_levels"]
+        for h in params["select_levels"]:
+            check_at_most(f"{name}.select_levels", h, maximum, why)
     if "level_criterion" in params:
         check_choice(f"{name}.level_criterion", params["level_criterion"], list(model_class(name).level_criteria()))
     if "preset" in params:

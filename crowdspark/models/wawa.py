@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from crowdspark.block import Block
-from crowdspark.models.base import ItemResult, Model, Preset, State
+from crowdspark.models.base import Footprint, ItemResult, Model, Preset, State
 from crowdspark.models.common import vote_counts, worker_label_counts
 from crowdspark.models.weighted_vote import (
     check_ties,
@@ -67,6 +67,11 @@ class Wawa(Model):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_ties(self.name, self.ties)
+
+    def footprint(self) -> Footprint:
+        """Two values per worker (skill, labels) and the vote scores (n, C) of a block."""
+        k, c = self.n_workers, self.n_classes
+        return Footprint(params=2 * k + c, item=c, state=0, label=0, largest=(("workers", k),))
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         label = pick_labels(block, vote_counts(block, self.n_classes), self.seed, self.ties)

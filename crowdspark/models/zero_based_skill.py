@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from crowdspark.block import Block
-from crowdspark.models.base import ItemResult, Model, Preset, Schedule, State, Update
+from crowdspark.models.base import Footprint, ItemResult, Model, Preset, Schedule, State, Update
 from crowdspark.models.common import worker_label_counts
 from crowdspark.models.weighted_vote import (
     check_ties,
@@ -109,6 +109,11 @@ class ZeroBasedSkill(Model):
     def learning_rate(self, sweep: int) -> float:
         """The learning rate of ``sweep`` (1-based): ``lr_init * lr_reduce_factor ** (sweep // steps)``."""
         return self.lr_init * self.lr_reduce_factor ** (sweep // self.lr_steps_to_reduce)
+
+    def footprint(self) -> Footprint:
+        """Two values per worker (skill, labels) and the vote scores (n, C) of a block."""
+        k, c = self.n_workers, self.n_classes
+        return Footprint(params=2 * k + c, item=c, state=0, label=0, largest=(("workers", k),))
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         return None, {"labels": worker_label_counts(block, self.n_workers)}

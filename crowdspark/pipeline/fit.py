@@ -17,6 +17,7 @@ from crowdspark.engine.base import Engine, ItemBatchFn, ItemFn, WrittenItems
 from crowdspark.engine.checkpoint import Checkpointer
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import FitResult, WarmStart, finish_fn, fit
+from crowdspark.engine.memory import FitShape, check_configured
 from crowdspark.engine.select import LevelChoice, choose_levels, level_plan
 from crowdspark.errors import RUN_COLD, ConfigError, IncompatibleModelError
 from crowdspark.faces import setting
@@ -344,6 +345,18 @@ class Fitted:
         self.prepared.engine.close()
 
 
+def fit_shape(prepared: Prepared) -> FitShape:
+    """The items, workers, classes and labels the fit of ``prepared`` works on: counted in the local engine's
+    blocks; on Spark, the label rows read (an upper bound of the items too)."""
+    enc = prepared.encoding
+    if isinstance(prepared.engine, LocalEngine):
+        blocks = prepared.engine.blocks
+        n_items, n_labels = sum(b.n_items for b in blocks), sum(b.n_labels for b in blocks)
+    else:
+        n_labels = n_items = int(prepared.inputs.get("label_rows", 0))
+    return FitShape(n_items, enc.n_workers, enc.n_classes, n_labels)
+
+
 def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | None = None) -> Fitted:
     """Fit, evaluate and describe the blocks ``prepared`` holds (any engine); the engine stays open.
 
@@ -353,6 +366,7 @@ def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | No
     enc = prepared.encoding
     try:
         check_fit_gold(config, prepared.has_gold)
+        memory = check_configured(config, fit_shape(prepared), prepared.engine.name)
     except ConfigError:
         prepared.engine.close()
         raise
@@ -401,6 +415,7 @@ def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | No
     if quality is not None:
         workers = worker_quality(quality, config.quality.spammer_threshold)
         summary["quality"] = quality_summary(quality, workers, enc.classes, config, prepared.has_gold)
+    summary["memory"].update(memory)  # beside the measured peak: the prediction and the budget
     summary["timings"] = prepared.timer.timings
     return Fitted(model=model, result=result, prepared=prepared, summary=summary, quality=quality,
                   spammer_threshold=config.quality.spammer_threshold)
