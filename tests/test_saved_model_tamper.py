@@ -306,3 +306,18 @@ def test_the_command_line_refuses_a_tampered_run_given_to_initial_workers_with_e
     done = _cli(*RUN, "--output", str(tmp_path / "next"), "--initial-workers", str(run))
     assert done.returncode == EXIT_BAD_INPUT, done.stderr[-2000:]
     assert "--initial-workers" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_every_algorithms_saved_model_reads_back(tmp_path):
+    """The checks accept what every model writes (its declared domains are what its fit gives)."""
+    from crowdspark.models.registry import algorithm_names
+
+    bluebird = DATA.parent / "bluebird"
+    for name in algorithm_names():
+        out = tmp_path / name
+        extra = ["--set", "gold.fit_fraction=0.3"] if name == "gold-mv" else []
+        assert main(["aggregate", "--labels", str(bluebird / "labels.csv"), "--gold", str(bluebird / "truth.csv"),
+                     "--engine", "local", "--quiet", "--algorithm", name, "--output", str(out), *extra]) == 0, name
+        saved = load_saved_model(str(out))
+        assert saved.algorithm == name and len(saved.workers) > 0
