@@ -65,6 +65,8 @@ MAX_DESCRIPTION_BYTES = 256 * 2**20
 MAX_ENTRIES = 4096
 #: the most difficulty levels a description may claim when sizing its archives
 MAX_LEVELS = 64
+#: how many times its file size an archive's arrays may inflate to (crowdspark writes them uncompressed)
+MAX_INFLATION = 64
 #: the dtype kinds of a saved model's arrays: booleans, integers, floats
 NUMERIC_KINDS = "biuf"
 #: how far from 1 a saved distribution may sum
@@ -235,7 +237,8 @@ def _budget(document: dict[str, Any]) -> int:
 
 def _npz_entries(data: bytes, name: str, budget: int) -> dict[str, np.ndarray]:
     """The arrays of an ``.npz`` archive, each entry's size checked (from the zip directory, then its ``.npy``
-    header) before it is inflated, and read without pickle.
+    header) before it is inflated, and read without pickle.  All of them together are at most ``budget``
+    bytes and :data:`MAX_INFLATION` times the archive's own size (plus 1 MiB).
 
     Raises
     ------
@@ -254,6 +257,9 @@ def _npz_entries(data: bytes, name: str, budget: int) -> dict[str, np.ndarray]:
     if declared > budget:
         raise ValueError(f"{name} declares {declared:,} bytes of arrays, more than the {budget:,} its model's "
                          "workers, classes and levels can need")
+    if declared > MAX_INFLATION * len(data) + 2**20:
+        raise ValueError(f"{name} declares {declared:,} bytes of arrays in {len(data):,} bytes; a saved model's "
+                         f"arrays are stored, not compressed more than {MAX_INFLATION}-fold")
     arrays: dict[str, np.ndarray] = {}
     for entry in entries:
         key = entry.filename[:-4] if entry.filename.endswith(".npy") else None
