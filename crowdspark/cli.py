@@ -205,15 +205,18 @@ def _progress(summary: dict) -> str:
     return f"{summary['iterations']} iterations ({state})"
 
 
-def _write_run_report(destination: str) -> str:
-    """Write the report of a committed run; a failure says that the results are written."""
+def _write_run_report(destination: str) -> str | None:
+    """Write the report of a committed run and return its path; when it fails, say so on stderr (why, and the
+    command that retries) and return ``None``: the run's outcome is the run's, whatever its page does."""
     from crowdspark.report import write_report
 
     try:
         return write_report(destination)
-    except Exception as exc:
-        raise RuntimeError(f"the run succeeded and its results are in {destination}, but its report could not be "
-                           f"written ({one_line(exc)}); run crowdspark report {destination} to retry") from exc
+    except Exception as exc:  # noqa: BLE001 - the results are committed; the page is an extra
+        log.debug("the report of %s failed", destination, exc_info=True)
+        print(f"crowdspark: warning: the run succeeded and its results are in {destination}, but its report could "
+              f"not be written ({one_line(exc)}); run crowdspark report {destination} to retry", file=sys.stderr)
+        return None
 
 
 def _items(output: str, out: str | None) -> int:

@@ -20,11 +20,12 @@ from __future__ import annotations
 import io
 import json
 import math
+from collections.abc import Mapping
 from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["save_tree", "load_tree", "tree_to_bytes", "tree_from_bytes"]
+__all__ = ["save_tree", "load_tree", "tree_to_bytes", "tree_from_bytes", "tree_from_arrays"]
 
 #: the archive entry holding the JSON document
 DOCUMENT = "__tree__"
@@ -119,3 +120,29 @@ def tree_to_bytes(value: Any) -> bytes:
 def tree_from_bytes(data: bytes) -> Any:
     """:func:`load_tree` from bytes."""
     return load_tree(io.BytesIO(data))
+
+
+class _Entries:
+    """Arrays already read from an archive, looked up by :func:`_decode` as it looks them up in an archive."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
+        self.files = list(arrays)
+        self._arrays = arrays
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._arrays[name]
+
+
+def tree_from_arrays(arrays: Mapping[str, np.ndarray]) -> Any:
+    """The value of an archive whose entries (name -> array, :data:`DOCUMENT` among them) were read already,
+    e.g. by a reader that checked every entry's size before inflating it.
+
+    Raises
+    ------
+    ValueError
+        If there is no :data:`DOCUMENT` entry, or the document is not one :func:`save_tree` writes.
+    """
+    if DOCUMENT not in arrays:
+        raise ValueError(f"not a crowdspark data archive (no {DOCUMENT} entry)")
+    document = json.loads(np.asarray(arrays[DOCUMENT]).tobytes().decode("utf-8"))
+    return _decode(document, _Entries(arrays))

@@ -45,6 +45,10 @@ class LocalFiles:
         """Names in the directory ``path``, without Hadoop checksum files."""
         return sorted(name for name in os.listdir(strip_file_scheme(path)) if not _is_checksum(name))
 
+    def size(self, path: str) -> int:
+        """The size of the file ``path`` in bytes."""
+        return os.path.getsize(strip_file_scheme(path))
+
     def read_bytes(self, path: str) -> bytes:
         with open(strip_file_scheme(path), "rb") as handle:
             return handle.read()
@@ -129,6 +133,11 @@ class HadoopFiles:
             name for name in (str(status.getPath().getName()) for status in fs.listStatus(jpath))
             if not _is_checksum(name)
         )
+
+    def size(self, path: str) -> int:
+        """The size of the file ``path`` in bytes."""
+        fs, jpath = self._fs(path)
+        return int(fs.getFileStatus(jpath).getLen())
 
     def read_bytes(self, path: str) -> bytes:
         fs, jpath = self._fs(path)

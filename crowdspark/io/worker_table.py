@@ -126,8 +126,9 @@ def read_worker_table(path: str, spark: Any = None) -> WorkerTable:
     if summary is not None:
         try:
             classes = tuple(str(c) for c in json.loads(files.read_bytes(summary).decode("utf-8"))["classes"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise InputError(f"{WHAT} {path!r}: cannot read the classes of its {summary!r} ({exc})") from exc
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise InputError(f"{WHAT} {path!r}: cannot read the classes of its {summary!r} "
+                             f"({type(exc).__name__}: {str(exc)[:200]})") from None
     frame = _read_local(table_path) if is_local(table_path) else _read_spark(spark, table_path)
     return worker_table_from_frame(frame, path, classes)
 

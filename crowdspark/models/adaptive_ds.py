@@ -115,6 +115,8 @@ class AdaptiveDawidSkene(DawidSkene):
         "a warm start keeps the previous run's choice"
     )
     shared_params: ClassVar[tuple[str, ...]] = ("log_alpha", "structure")
+    param_domains: ClassVar[dict[str, tuple[str, str]]] = {
+        "log_pi": ("log_simplex", "K*CC"), "log_alpha": ("log_simplex", "*C"), "structure": ("index", "*")}
 
     def __post_init__(self) -> None:
         super().__post_init__()

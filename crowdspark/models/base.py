@@ -208,6 +208,12 @@ class Model:
     worker_params: tuple[str, ...] = ()
     #: keys of the exported parameters copied as they are by a warm start (class/level proportions)
     shared_params: tuple[str, ...] = ()
+    #: every key of :meth:`export_params` -> (domain, axes), checked when a saved model is read
+    #: (:func:`crowdspark.io.saved_model.check_saved_values`): the domain is ``"real"``, ``"positive"``,
+    #: ``"nonnegative"``, ``"probability"``, ``"simplex"`` (sums to 1 over the last axis), ``"log_simplex"``
+    #: (its exponentials do) or ``"index"`` (non-negative integers); the axes one letter each, ``K`` (workers),
+    #: ``C`` (classes) or ``*`` (any size). Empty: every value must be a finite number
+    param_domains: dict[str, tuple[str, str]] = {}
     #: keys of the :meth:`local_step` statistics that are sums over items of what :meth:`item_responsibilities`
     #: gives (:meth:`carried_from_sums`): an incremental run carries them from night to night; empty: the
     #: model cannot run incrementally

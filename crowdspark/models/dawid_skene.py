@@ -119,6 +119,8 @@ class DawidSkene(Model):
     )
     worker_params: ClassVar[tuple[str, ...]] = ("log_pi",)
     shared_params: ClassVar[tuple[str, ...]] = ("log_alpha",)
+    param_domains: ClassVar[dict[str, tuple[str, str]]] = {"log_pi": ("log_simplex", "KCC"),
+                                                           "log_alpha": ("log_simplex", "C")}
     carried_stats: ClassVar[tuple[str, ...]] = ("confusion", "classes")
 
     def __post_init__(self) -> None:

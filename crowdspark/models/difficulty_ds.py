@@ -558,6 +558,9 @@ class DifficultyDawidSkene(LevelModel):
     item_extras: ClassVar[dict[str, str]] = {"level": "int", "level_posterior": "array<double>"}
     worker_params: ClassVar[tuple[str, ...]] = ("log_B",)
     shared_params: ClassVar[tuple[str, ...]] = ("log_alpha", "log_beta", "w", "d")
+    param_domains: ClassVar[dict[str, tuple[str, str]]] = {
+        "log_B": ("log_simplex", "KCC"), "log_alpha": ("log_simplex", "C"), "log_beta": ("log_simplex", "*"),
+        "w": ("real", "*"), "d": ("real", "**"), "log_pi": ("log_simplex", "K*CC")}
     carried_stats: ClassVar[tuple[str, ...]] = ("counts", "classes", "levels")
 
     def __post_init__(self) -> None:

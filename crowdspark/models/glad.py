@@ -157,6 +157,7 @@ class Glad(Model):
     stateful: ClassVar[bool] = True
     item_extras: ClassVar[dict[str, str]] = {"beta": "double"}
     worker_params: ClassVar[tuple[str, ...]] = ("alpha",)
+    param_domains: ClassVar[dict[str, tuple[str, str]]] = {"alpha": ("real", "K")}
     api_attributes: ClassVar[dict[str, tuple[str, str]]] = {"alphas_": ("workers", "alpha"),
                                                            "betas_": ("items", "beta")}
 

@@ -309,6 +309,8 @@ class IdblaGibbs(IdblaInit):
     extra_level_criteria: ClassVar[dict[str, bool]] = {"paper": True, "collapsed": True, "collapsed_raw": True}
     worker_params: ClassVar[tuple[str, ...]] = ("pi",)
     shared_params: ClassVar[tuple[str, ...]] = ("alpha", "beta")
+    param_domains: ClassVar[dict[str, tuple[str, str]]] = {
+        "pi": ("simplex", "K*CC"), "alpha": ("simplex", "C"), "beta": ("simplex", "*")}
     tol: ClassVar[float | None] = None
 
     def __post_init__(self) -> None:

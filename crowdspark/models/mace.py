@@ -106,6 +106,8 @@ class Mace(Model):
         "per-worker competence and spamming strategy (Hovy et al. 2013); variational Bayes or EM"
     )
     worker_params: ClassVar[tuple[str, ...]] = ("spam", "know", "strategy")
+    param_domains: ClassVar[dict[str, tuple[str, str]]] = {
+        "spam": ("probability", "K"), "know": ("probability", "K"), "strategy": ("probability", "KC")}
     api_attributes: ClassVar[dict[str, Any]] = {"spamming_": ("workers", ("spamming", "competence")),
                                                 "thetas_": ("workers", ("strategy",))}
 

@@ -89,6 +89,8 @@ class ZeroBasedSkill(Model):
         "ZeroBasedSkill)"
     )
     worker_params: ClassVar[tuple[str, ...]] = ("skill",)
+    param_domains: ClassVar[dict[str, tuple[str, str]]] = {
+        "skill": ("real", "K"), "labels": ("nonnegative", "K"), "accuracy": ("probability", "K")}
     #: with ``ties="random"``, the tied votes of the fit are broken by draws keyed by the item
     random_fit: ClassVar[bool] = True
 

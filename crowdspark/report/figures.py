@@ -18,6 +18,7 @@ from crowdspark.report.facts import Calibration, Histogram
 
 __all__ = [
     "pyplot",
+    "literal_text",
     "to_svg",
     "convergence",
     "histogram",
@@ -28,6 +29,10 @@ __all__ = [
     "level_accuracy",
     "accuracy_changes",
 ]
+
+#: every text drawn as it is given: a ``$`` in a class name, a worker or an item id is a dollar sign, never
+#: the start of mathtext (``$5 to $10`` would show as "5to10", ``$x^$`` would fail to parse)
+LITERAL_TEXT = {"text.parse_math": False, "text.usetex": False}
 
 _WIDE = (7.5, 3.4)
 _SQUARE = (4.8, 4.0)
@@ -52,6 +57,15 @@ def pyplot() -> Any:
     return plt
 
 
+def literal_text() -> Any:
+    """A context in which the figures made (and drawn) show their text literally (:data:`LITERAL_TEXT`).
+
+    Text artists read ``text.parse_math`` when they are made, and tick labels are made again when a figure is
+    drawn: both happen inside it (:func:`to_svg` draws inside it too).
+    """
+    return pyplot().rc_context(LITERAL_TEXT)
+
+
 def to_svg(figure: Any, name: str) -> str:
     """The figure as an ``<svg>`` element to inline in HTML, and close it.
 
@@ -61,7 +75,7 @@ def to_svg(figure: Any, name: str) -> str:
     """
     plt = pyplot()
     buffer = io.StringIO()
-    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": name}):
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": name, **LITERAL_TEXT}):
         figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
     plt.close(figure)
     text = buffer.getvalue()

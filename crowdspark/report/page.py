@@ -97,7 +97,13 @@ def crowd_matrix(workers: pd.DataFrame, n_classes: int) -> np.ndarray:
 
 
 def build_figures(facts: RunFacts) -> dict[str, Any]:
-    """Every figure the run's data allows, by name (matplotlib figures, not yet rendered)."""
+    """Every figure the run's data allows, by name (matplotlib figures, not yet rendered), their text literal
+    (names from the data are drawn as they are: :func:`figures.literal_text`)."""
+    with figures.literal_text():
+        return _figures(facts)
+
+
+def _figures(facts: RunFacts) -> dict[str, Any]:
     summary, items, workers = facts.summary, facts.items, facts.workers
     out: dict[str, Any] = {}
     if summary.get("history"):
