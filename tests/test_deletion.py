@@ -268,6 +268,25 @@ def test_a_marker_copied_into_a_users_folder_does_not_make_it_replaceable(tmp_pa
     assert tree(user) == before
 
 
+def test_crowdsparks_own_names_are_never_listed_and_always_accepted(tmp_path):
+    from crowdspark.io.files import LocalFiles
+    from crowdspark.io.marker import RESULT, owned_kind, write_marker, written_files
+
+    files = LocalFiles()
+    (tmp_path / "d" / "items").mkdir(parents=True)
+    for name in ("items/part-0.parquet", "items/_SUCCESS", "items/.part-0.parquet.crc", "summary.json"):
+        (tmp_path / "d" / name).write_text("x")
+    (tmp_path / "d" / "link").symlink_to(tmp_path / "d" / "items")  # a link is an entry, not a folder to enter
+    listed = written_files(files, str(tmp_path / "d"))
+    assert listed == {"written": ["items/", "items/part-0.parquet", "link", "summary.json"]}
+    write_marker(files, str(tmp_path / "d"), RESULT, **listed)
+    for leftover in ("_crowdspark-12-report.html", "_CROWDSPARK.json.tmp-1", "items/_SUCCESS"):
+        (tmp_path / "d" / leftover).write_text("")
+    assert owned_kind(files, str(tmp_path / "d")) == RESULT
+    (tmp_path / "d" / "items" / "part-0.parquet.bak").write_text("")
+    assert owned_kind(files, str(tmp_path / "d")) is None
+
+
 # --------------------------------------------------------------------------- crowdspark report --out
 
 
@@ -473,6 +492,12 @@ def test_output_checks_and_commits_through_hadoop_filesystems(spark, tmp_path, m
             staged.commit()
     assert json.loads((tmp_path / "out" / "summary.json").read_text()) == {"algorithm": "ds"}
     assert marker(tmp_path / "out")["kind"] == "result"
+    assert marker(tmp_path / "out")["written"] == [
+        "items/", "items/part-00000.parquet", "summary.json", "workers/", "workers/part-00000.parquet"]
+    (tmp_path / "out" / "workers" / "mine").mkdir()
+    with pytest.raises(ConfigError, match=r"holding 1 entry crowdspark did not write \(workers/mine/\)"):
+        check_output(out, spark=spark)
+    (tmp_path / "out" / "workers" / "mine").rmdir()
     assert [n for n in listing(tmp_path) if not n.startswith(".")] == ["out", "userdir"]
     assert listing(user) == ["notes.txt"]
 
