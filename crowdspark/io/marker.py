@@ -7,15 +7,16 @@ directory is::
     {"crowdspark": "marker", "kind": "result", "version": "0.1.0", "created_at": "2026-11-25T02:00:00+00:00"}
 
 plus what its kind needs (a spill folder's owner ``pid`` and ``host``, a checkpoint's ``run``).  The marker
-of a directory written through :class:`crowdspark.io.sink.StagedOutput` (a result, a report, an ``items``
-output) also lists every file the writer put there (``"files"``: paths relative to the directory, taken at
-commit by :func:`written_files`); a later writer into it (``crowdspark report``'s ``report.html``) adds its
-file (:func:`add_written_file`).
+of a directory written through :class:`crowdspark.io.sink.StagedOutput` (a result, a report, an ``items
+--out`` folder) also lists every folder and file the writer put there (``"written"``: paths relative to the
+directory, taken at the commit by :func:`written_files`); a later writer into it (``crowdspark report``'s
+``report.html``) adds its file (:func:`add_written_file`).
 
 :func:`delete_owned` is the one function that removes such a directory: it reads the marker first, checks
-the kind, and for a listing kind also checks that the directory holds nothing but the listed files and
-crowdspark's own leftovers (:func:`unexpected_entries`); anything else is refused with a
-:class:`ConfigError` that says what is there, why it is kept and what to do.
+the kind, and for a marker with a listing also checks that the directory holds nothing but the listed
+entries and crowdspark's own names (:func:`owned_kind`); anything else is refused with a
+:class:`ConfigError` that says what is there (the first few entries crowdspark did not write, and their
+count), why it is kept and what to do.
 
 Directories of these kinds written by earlier versions (a marker without a listing, or no marker at all)
 are recognised by their layout: every file below each folder must be what crowdspark writes there
