@@ -59,6 +59,15 @@ def crowdspark(*args) -> subprocess.CompletedProcess:
 RESULT_ENTRIES = [MARKER, "_model", "items", "relabel", "summary.json", "workers"]
 
 
+def _quick_pages(monkeypatch, page: str | None = None) -> None:
+    """Let ``crowdspark report`` write ``page`` (default: the head of a crowdspark page) instead of drawing one:
+    these tests are about where pages go, not what they show."""
+    from crowdspark import report
+
+    text = page or '<!DOCTYPE html>\n<html><head><meta name="generator" content="crowdspark 0"><title>t</title></head></html>\n'
+    monkeypatch.setattr(report, "build_report", lambda run_dir, gold=None: text)
+
+
 # --------------------------------------------------------------------------- --output
 
 
@@ -182,7 +191,9 @@ def _without_listing(result: Path, marked: bool) -> None:
 
 
 @pytest.mark.parametrize("marked", [True, False], ids=["marker-without-listing", "unmarked"])
-def test_an_earlier_versions_result_is_replaced_only_while_every_file_is_crowdsparks(tmp_path, capsys, marked):
+def test_an_earlier_versions_result_is_replaced_only_while_every_file_is_crowdsparks(tmp_path, capsys, monkeypatch,
+                                                                                     marked):
+    _quick_pages(monkeypatch)
     out = tmp_path / "out"
     assert run_cli(out) == 0
     assert main(["report", str(out)]) == 0
@@ -308,11 +319,12 @@ def test_report_out_replaces_only_a_report_page_and_writes_into_a_result_only_it
     assert run_cli(out) == 0  # the run is intact and still replaceable
 
 
-def test_a_report_into_the_result_is_listed_and_replaced_with_the_result(tmp_path, capsys):
+def test_a_report_into_the_result_is_listed_and_replaced_with_the_result(tmp_path, capsys, monkeypatch):
     out = tmp_path / "r1"
     assert run_cli(out) == 0
-    assert main(["report", str(out)]) == 0
+    assert main(["report", str(out)]) == 0  # a real page
     assert "report.html" in marker(out)["written"] and listing(out) == sorted(RESULT_ENTRIES + ["report.html"])
+    _quick_pages(monkeypatch, (out / "report.html").read_text())
     assert main(["report", str(out), "--out", str(out / "report.html")]) == 0  # its own page, named
     page = tmp_path / "page.html"
     assert main(["report", str(out), "--out", str(page)]) == 0
@@ -326,6 +338,7 @@ def test_a_report_into_the_result_is_listed_and_replaced_with_the_result(tmp_pat
 
 
 def test_a_failed_report_leaves_nothing_that_stops_the_next_run(tmp_path, monkeypatch):
+    _quick_pages(monkeypatch)
     out = tmp_path / "r1"
     assert run_cli(out) == 0
 
