@@ -220,11 +220,18 @@ def _write_run_report(destination: str) -> str | None:
 
 
 def _items(output: str, out: str | None) -> int:
-    """``crowdspark items``: the whole answer of the run at ``output``, to ``out`` (Parquet) or stdout (CSV)."""
+    """``crowdspark items``: the whole answer of the run at ``output``, to ``out`` (Parquet) or stdout (CSV).
+
+    ``out`` is a folder of its own kind (``items-output``): it replaces only a missing or empty folder or a
+    previous ``items --out`` folder, never a result or a run root (:func:`crowdspark.io.sink.check_items_out`).
+    """
     from crowdspark.io.chain import read_items
-    from crowdspark.io.sink import StagedOutput
+    from crowdspark.io.marker import ITEMS
+    from crowdspark.io.sink import StagedOutput, check_items_out
     from crowdspark.io.tables import write_table
 
+    if out is not None:
+        check_items_out(out)
     items = read_items(output)
     if out is None:
         try:
@@ -233,7 +240,7 @@ def _items(output: str, out: str | None) -> int:
         except BrokenPipeError:  # the reader stopped early (| head): not a failure
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    with StagedOutput(out) as staged:
+    with StagedOutput(out, kind=ITEMS) as staged:
         write_table(items, staged.path("items"), "parquet")
         staged.commit()
     print(f"{len(items)} items written to {out}/items")

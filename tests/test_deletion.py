@@ -44,6 +44,30 @@ def listing(directory) -> list[str]:
     return sorted(p.name for p in Path(directory).iterdir())
 
 
+def tree(directory) -> dict[str, bytes | None]:
+    """Everything below ``directory``: relative path -> content (``None`` for a folder)."""
+    root = Path(directory)
+    return {str(p.relative_to(root)): None if p.is_dir() else p.read_bytes() for p in sorted(root.rglob("*"))}
+
+
+def crowdspark(*args) -> subprocess.CompletedProcess:
+    """The real command line, in its own process."""
+    return subprocess.run([sys.executable, "-m", "crowdspark", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+
+
+RESULT_ENTRIES = [MARKER, "_model", "items", "relabel", "summary.json", "workers"]
+
+
+def _quick_pages(monkeypatch, page: str | None = None) -> None:
+    """Let ``crowdspark report`` write ``page`` (default: the head of a crowdspark page) instead of drawing one:
+    these tests are about where pages go, not what they show."""
+    from crowdspark import report
+
+    text = page or '<!DOCTYPE html>\n<html><head><meta name="generator" content="crowdspark 0"><title>t</title></head></html>\n'
+    monkeypatch.setattr(report, "build_report", lambda run_dir, gold=None: text)
+
+
 # --------------------------------------------------------------------------- --output
 
 
@@ -149,11 +173,223 @@ def test_results_of_earlier_versions_are_recognised_by_their_layout(tmp_path, ca
     (out / MARKER).unlink()
     (out / "notes.txt").write_text("x")  # no longer exactly a result
     assert run_cli(out) == 2
-    assert "without crowdspark's marker" in capsys.readouterr().err and (out / "notes.txt").exists()
+    assert "without crowdspark's marker) holding 1 entry crowdspark does not write there (notes.txt)" in \
+        capsys.readouterr().err and (out / "notes.txt").exists()
     (out / MARKER).write_text(json.dumps({"crowdspark": "marker", "kind": "result"}))
     assert run_cli(out) == 2  # marked, but with a file crowdspark did not write
-    assert "a crowdspark result holding entries crowdspark did not write (notes.txt)" in capsys.readouterr().err
+    assert "a crowdspark result holding 1 entry crowdspark did not write (notes.txt)" in capsys.readouterr().err
     assert (out / "notes.txt").exists()
+
+
+def _without_listing(result: Path, marked: bool) -> None:
+    """Make ``result`` look written by an earlier version: a marker without a listing, or none."""
+    document = marker(result)
+    document.pop("written", None)
+    (result / MARKER).write_text(json.dumps(document))
+    if not marked:
+        (result / MARKER).unlink()
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["marker-without-listing", "unmarked"])
+def test_an_earlier_versions_result_is_replaced_only_while_every_file_is_crowdsparks(tmp_path, capsys, monkeypatch,
+                                                                                     marked):
+    _quick_pages(monkeypatch)
+    out = tmp_path / "out"
+    assert run_cli(out) == 0
+    assert main(["report", str(out)]) == 0
+    _without_listing(out, marked)
+    assert run_cli(out) == 0 and listing(out) == RESULT_ENTRIES  # part files, model files, report.html: its own
+    _without_listing(out, marked)
+    (out / "items" / "NOTES.txt").write_text("x\n")  # below a folder, where the layout of its names sees nothing
+    (out / "_model" / "mine").mkdir()
+    before = tree(out)
+    assert run_cli(out) == 2
+    assert "holding 2 entries crowdspark d" in capsys.readouterr().err
+    assert tree(out) == before
+    shutil.rmtree(out / "_model" / "mine")
+    (out / "items" / "NOTES.txt").unlink()
+    assert run_cli(out) == 0 and marker(out)["written"]
+
+
+# --------------------------------------------------------------------------- what a run wrote
+
+
+def test_files_a_user_added_inside_a_result_are_kept_and_the_run_refused(tmp_path):
+    out = tmp_path / "r1"
+    command = ["aggregate", "--labels", LABELS, "--engine", "local", "--algorithm", "mv", "--output", out]
+    assert crowdspark(*command).returncode == 0
+    (out / "items" / "NOTES.txt").write_text("x\n")
+    (out / "_model" / "mine").mkdir()
+    before = tree(out)
+    run = crowdspark(*command)
+    assert run.returncode == 2, run.stderr
+    assert re.search(r"--output '.*r1' is a crowdspark result holding 2 entries crowdspark did not write "
+                     r"\(_model/mine/, items/NOTES.txt\): .*nothing there is deleted. Choose a new or empty --output, or "
+                     r"move those entries out of it", run.stderr), run.stderr
+    assert tree(out) == before and listing(tmp_path) == ["r1"]
+
+
+def test_the_marker_lists_what_the_run_wrote_and_a_message_counts_the_rest(tmp_path, capsys):
+    out = tmp_path / "r1"
+    assert run_cli(out) == 0
+    written = marker(out)["written"]
+    on_disk = sorted(str(p.relative_to(out)) + ("/" if p.is_dir() else "") for p in out.rglob("*") if p.name != MARKER)
+    assert written == on_disk and "items/part-00000.parquet" in written and "summary.json" in written
+    for n in range(7):
+        (out / "workers" / f"mine-{n}.csv").write_text("x")
+    assert run_cli(out) == 2
+    assert re.search(r"holding 7 entries crowdspark did not write \(workers/mine-0.csv, workers/mine-1.csv, "
+                     r"workers/mine-2.csv, workers/mine-3.csv, workers/mine-4.csv and 2 more\)", capsys.readouterr().err)
+    assert len(list((out / "workers").glob("mine-*"))) == 7
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_user_file_inside_a_spark_result_is_kept(spark, tmp_path):
+    out = tmp_path / "r1"
+    config = load_config(overrides=["engine.small_input_bytes=0"], algorithm="mv", engine_name="spark")
+    aggregate(config, LABELS, str(out), spark=spark)
+    parts = sorted(f"items/{p.name}" for p in (out / "items").glob("part-*"))
+    (out / "items" / "NOTES.txt").write_text("x\n")
+    with pytest.raises(ConfigError, match=r"is a crowdspark result holding 1 entry crowdspark did not write "
+                                          r"\(items/NOTES.txt\)"):
+        aggregate(config, LABELS, str(out), spark=spark)
+    assert (out / "items" / "NOTES.txt").read_text() == "x\n"
+    assert sorted(f"items/{p.name}" for p in (out / "items").glob("part-*")) == parts
+    assert parts and set(parts) <= set(marker(out)["written"])  # Spark's part files, listed after writing
+    (out / "items" / "NOTES.txt").unlink()
+    aggregate(config, LABELS, str(out), spark=spark)  # what the run wrote is replaced
+    assert listing(tmp_path) == ["r1"] and not (out / "items" / "NOTES.txt").exists()
+
+
+@pytest.mark.parametrize("with_listing", [True, False], ids=["copied-marker", "copied-marker-of-an-earlier-version"])
+def test_a_marker_copied_into_a_users_folder_does_not_make_it_replaceable(tmp_path, capsys, with_listing):
+    assert run_cli(tmp_path / "r1") == 0
+    user = tmp_path / "project"
+    (user / "items").mkdir(parents=True)
+    shutil.copy(LABELS, user / "items" / "labels.csv")
+    (user / "summary.json").write_text('{"mine": true}\n')
+    shutil.copy(tmp_path / "r1" / MARKER, user / MARKER)
+    if not with_listing:
+        _without_listing(user, marked=True)
+    before = tree(user)
+    assert run_cli(user) == 2
+    assert re.search(r"--output '.*project' is a crowdspark result holding 1 entry crowdspark did not write "
+                     r"\(items/labels.csv\)", capsys.readouterr().err)
+    assert tree(user) == before
+
+
+def test_crowdsparks_own_names_are_never_listed_and_always_accepted(tmp_path):
+    from crowdspark.io.files import LocalFiles
+    from crowdspark.io.marker import RESULT, owned_kind, write_marker, written_files
+
+    files = LocalFiles()
+    (tmp_path / "d" / "items").mkdir(parents=True)
+    for name in ("items/part-0.parquet", "items/_SUCCESS", "items/.part-0.parquet.crc", "summary.json"):
+        (tmp_path / "d" / name).write_text("x")
+    (tmp_path / "d" / "link").symlink_to(tmp_path / "d" / "items")  # a link is an entry, not a folder to enter
+    listed = written_files(files, str(tmp_path / "d"))
+    assert listed == {"written": ["items/", "items/part-0.parquet", "link", "summary.json"]}
+    write_marker(files, str(tmp_path / "d"), RESULT, **listed)
+    for leftover in ("_crowdspark-12-report.html", "_CROWDSPARK.json.tmp-1", "items/_SUCCESS"):
+        (tmp_path / "d" / leftover).write_text("")
+    assert owned_kind(files, str(tmp_path / "d")) == RESULT
+    (tmp_path / "d" / "items" / "part-0.parquet.bak").write_text("")
+    assert owned_kind(files, str(tmp_path / "d")) is None
+
+
+# --------------------------------------------------------------------------- crowdspark report --out
+
+
+def test_report_out_replaces_only_a_report_page_and_writes_into_a_result_only_its_report(tmp_path, capsys):
+    out = tmp_path / "r1"
+    assert run_cli(out) == 0
+    labels = tmp_path / "labels.csv"
+    shutil.copy(LABELS, labels)
+    before = tree(out)
+    assert main(["report", str(out), "--out", str(labels)]) == 2
+    assert re.search(r"--out '.*labels.csv' is a file that is not a crowdspark report page \(no <meta "
+                     r"name=\"generator\" content=\"crowdspark ...\"> in its head\)", capsys.readouterr().err)
+    assert labels.read_bytes() == Path(LABELS).read_bytes()
+    for inside in ("summary.json", "page.html", "items/page.html"):
+        assert main(["report", str(out), "--out", str(out / inside)]) == 2
+        assert re.search(r"is inside the crowdspark result '.*r1'.*Write the report outside it, or to the result's "
+                         r"own report.html", capsys.readouterr().err)
+    assert tree(out) == before and listing(tmp_path) == ["labels.csv", "r1"]
+    assert run_cli(out) == 0  # the run is intact and still replaceable
+
+
+def test_a_report_into_the_result_is_listed_and_replaced_with_the_result(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "r1"
+    assert run_cli(out) == 0
+    assert main(["report", str(out)]) == 0  # a real page
+    assert "report.html" in marker(out)["written"] and listing(out) == sorted(RESULT_ENTRIES + ["report.html"])
+    _quick_pages(monkeypatch, (out / "report.html").read_text())
+    assert main(["report", str(out), "--out", str(out / "report.html")]) == 0  # its own page, named
+    page = tmp_path / "page.html"
+    assert main(["report", str(out), "--out", str(page)]) == 0
+    assert main(["report", str(out), "--out", str(page)]) == 0  # a crowdspark page is replaced
+    mine = tmp_path / "mine.html"
+    mine.write_text("<!DOCTYPE html>\n<html><head><title>crowdspark run report: mine</title></head></html>\n")
+    assert main(["report", str(out), "--out", str(mine)]) == 2
+    assert "is a file that is not a crowdspark report page" in capsys.readouterr().err
+    assert run_cli(out) == 0 and listing(out) == RESULT_ENTRIES
+    assert sorted(listing(tmp_path)) == ["mine.html", "page.html", "r1"]
+
+
+def test_a_failed_report_leaves_nothing_that_stops_the_next_run(tmp_path, monkeypatch):
+    _quick_pages(monkeypatch)
+    out = tmp_path / "r1"
+    assert run_cli(out) == 0
+
+    def full_disk(source, target):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "replace", full_disk)
+        assert main(["report", str(out)]) == 1
+        assert main(["report", str(out), "--out", str(tmp_path / "page.html")]) == 1
+    assert listing(out) == RESULT_ENTRIES and listing(tmp_path) == ["r1"]
+    (out / f"_crowdspark-{os.getpid()}-report.html").write_text("<!DOCTYPE html>")  # what a killed report leaves
+    assert run_cli(out) == 0 and listing(out) == RESULT_ENTRIES
+
+
+# --------------------------------------------------------------------------- crowdspark items --out
+
+
+def test_items_out_never_replaces_a_result_a_run_root_or_a_users_folder(tmp_path, capsys):
+    run = tmp_path / "r1"
+    assert run_cli(run) == 0
+    root = tmp_path / "runs"
+    assert run_cli(root, "--run-id", "day1") == 0
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "notes.txt").write_text("x")
+    before = {folder: tree(folder) for folder in (run, root, user)}
+    replaced = crowdspark("items", run, "--out", run)
+    assert replaced.returncode == 2
+    assert re.search(r"--out '.*r1' is a crowdspark result directory, not a previous crowdspark items-output",
+                     replaced.stderr), replaced.stderr
+    for target, message in [
+        (root, r"is a crowdspark run-root directory, not a previous crowdspark items-output"),
+        (user, r"is a directory with 1 entry without crowdspark's marker \(notes.txt\)"),
+        (run / "table", r"is inside the crowdspark result '.*r1'.*Choose an --out outside it"),
+        (root / "table", r"is inside the crowdspark run-root '.*runs'"),
+    ]:
+        assert main(["items", str(run), "--out", str(target)]) == 2
+        assert re.search(message, capsys.readouterr().err)
+    assert {folder: tree(folder) for folder in before} == before
+
+    table = tmp_path / "table"
+    for _ in range(2):  # its own folder is replaced
+        assert main(["items", str(run), "--out", str(table)]) == 0
+    assert marker(table)["kind"] == "items-output" and listing(table) == [MARKER, "items"]
+    assert run_cli(table) == 2  # an items folder is not a result
+    assert "is a crowdspark items-output directory, not a previous crowdspark result" in capsys.readouterr().err
+    _without_listing(table, marked=True)  # written by an earlier version, marked as a result
+    (table / MARKER).write_text((table / MARKER).read_text().replace("items-output", "result"))
+    assert main(["items", str(run), "--out", str(table)]) == 0 and marker(table)["kind"] == "items-output"
+    assert sorted(listing(tmp_path)) == ["r1", "runs", "table", "user"]
 
 
 def test_run_roots_have_their_own_marker(tmp_path, capsys):
@@ -269,6 +505,12 @@ def test_output_checks_and_commits_through_hadoop_filesystems(spark, tmp_path, m
             staged.commit()
     assert json.loads((tmp_path / "out" / "summary.json").read_text()) == {"algorithm": "ds"}
     assert marker(tmp_path / "out")["kind"] == "result"
+    assert marker(tmp_path / "out")["written"] == [
+        "items/", "items/part-00000.parquet", "summary.json", "workers/", "workers/part-00000.parquet"]
+    (tmp_path / "out" / "workers" / "mine").mkdir()
+    with pytest.raises(ConfigError, match=r"holding 1 entry crowdspark did not write \(workers/mine/\)"):
+        check_output(out, spark=spark)
+    (tmp_path / "out" / "workers" / "mine").rmdir()
     assert [n for n in listing(tmp_path) if not n.startswith(".")] == ["out", "userdir"]
     assert listing(user) == ["notes.txt"]
 

@@ -198,6 +198,7 @@ def test_a_result_of_crowdspark_0_1_with_its_model_folder_warm_starts(tmp_path):
     config = load_config(algorithm="ds", engine_name="local")
     aggregate(config, RTE[0], str(tmp_path / "old"))
     (tmp_path / "old" / "_model").rename(tmp_path / "old" / "model")
+    (tmp_path / "old" / "_CROWDSPARK.json").unlink()  # 0.1 wrote no marker (nor its listing of the files)
     warm = aggregate(config, RTE[0], str(tmp_path / "new"), warm_start=str(tmp_path / "old")).summary
     assert warm["warm_start"] == {"source": str(tmp_path / "old"), "used": True}
     aggregate(config, RTE[0], str(tmp_path / "old"))  # an 0.1 result at --output is replaced

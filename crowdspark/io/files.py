@@ -49,6 +49,12 @@ class LocalFiles:
         """The size of the file ``path`` in bytes."""
         return os.path.getsize(strip_file_scheme(path))
 
+    def entries(self, path: str) -> list[tuple[str, bool]]:
+        """``(name, is a directory)`` of the entries of the directory ``path``, without checksum files (a
+        symbolic link is not a directory)."""
+        with os.scandir(strip_file_scheme(path)) as scan:
+            return sorted((e.name, e.is_dir(follow_symlinks=False)) for e in scan if not _is_checksum(e.name))
+
     def read_bytes(self, path: str) -> bytes:
         with open(strip_file_scheme(path), "rb") as handle:
             return handle.read()
@@ -138,6 +144,13 @@ class HadoopFiles:
         """The size of the file ``path`` in bytes."""
         fs, jpath = self._fs(path)
         return int(fs.getFileStatus(jpath).getLen())
+
+    def entries(self, path: str) -> list[tuple[str, bool]]:
+        """``(name, is a directory)`` of the entries of the directory ``path``, without checksum files (one
+        ``listStatus``)."""
+        fs, jpath = self._fs(path)
+        found = ((str(status.getPath().getName()), bool(status.isDirectory())) for status in fs.listStatus(jpath))
+        return sorted((name, is_dir) for name, is_dir in found if not _is_checksum(name))
 
     def read_bytes(self, path: str) -> bytes:
         fs, jpath = self._fs(path)

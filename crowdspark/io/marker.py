@@ -6,15 +6,22 @@ directory is::
 
     {"crowdspark": "marker", "kind": "result", "version": "0.1.0", "created_at": "2026-11-25T02:00:00+00:00"}
 
-plus what its kind needs (a spill folder's owner ``pid`` and ``host``, a checkpoint's ``run``).
-:func:`delete_owned` is the one function that removes such a directory: it reads the marker first, checks
-the kind, and for kinds with a fixed layout (a result, a report) also checks that the directory holds
-nothing but what crowdspark writes there; anything else is refused with a :class:`ConfigError` that says
-what is there, why it is kept and what to do.
+plus what its kind needs (a spill folder's owner ``pid`` and ``host``, a checkpoint's ``run``).  The marker
+of a directory written through :class:`crowdspark.io.sink.StagedOutput` (a result, a report, an ``items
+--out`` folder) also lists every folder and file the writer put there (``"written"``: paths relative to the
+directory, taken at the commit by :func:`written_files`); a later writer into it (``crowdspark report``'s
+``report.html``) adds its file (:func:`add_written_file`).
 
-Results and reports written before markers existed are recognised by their exact layout
-(:func:`legacy_kind`), so that upgrading crowdspark does not stop a nightly job that replaces its own
-previous result; ``docs/security.md`` states the rule and ``docs/decisions.md`` why.
+:func:`delete_owned` is the one function that removes such a directory: it reads the marker first, checks
+the kind, and for a marker with a listing also checks that the directory holds nothing but the listed
+entries and crowdspark's own names (:func:`owned_kind`); anything else is refused with a
+:class:`ConfigError` that says what is there (the first few entries crowdspark did not write, and their
+count), why it is kept and what to do.
+
+Directories of these kinds written by earlier versions (a marker without a listing, or no marker at all)
+are recognised by their layout: every file below each folder must be what crowdspark writes there
+(:data:`_LAYOUTS`, :func:`legacy_kind`), so that upgrading crowdspark does not stop a nightly job that
+replaces its own previous result; ``docs/security.md`` states the rule and ``docs/decisions.md`` why.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from urllib.parse import urlsplit
 
 from crowdspark import __version__
 from crowdspark.errors import ConfigError
-from crowdspark.io.files import Files, HadoopFiles
+from crowdspark.io.files import Files, HadoopFiles, LocalFiles
 from crowdspark.io.paths import is_local, strip_file_scheme
 
 __all__ = [
@@ -44,11 +51,15 @@ __all__ = [
     "CHECKPOINT_DIR",
     "SPILL",
     "DATASET",
+    "ITEMS",
     "marker_document",
     "write_marker",
     "read_marker",
     "legacy_kind",
     "owned_kind",
+    "written_files",
+    "add_written_file",
+    "enclosing_owned",
     "is_empty_dir",
     "describe",
     "delete_owned",
@@ -94,12 +105,39 @@ SPILL = "spill"
 DATASET = "synthetic-dataset"
 
 
-#: the entries a directory of these kinds may hold (besides the marker), and those it must hold
-_LAYOUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    RESULT: (("items", "workers", "relabel", "_model", "_incremental", "model", "summary.json", "report.html"),
-             ("items", "workers", "summary.json")),
-    REPORT: (("report.md", "results.json", "*.png"), ("report.md", "results.json")),
+#: a ``crowdspark items --out`` folder (``items/``)
+ITEMS = "items-output"
+
+
+#: what Spark's and crowdspark's table writers put in a table folder
+_TABLE: dict[str, Any] = {"part-*": None, "_SUCCESS": None}
+
+
+#: a saved model's folder (:mod:`crowdspark.io.saved_model`)
+_MODEL: dict[str, Any] = {"model.json": None, "*.npz": None}
+
+
+#: what a directory of these kinds holds when its marker lists no files (written by an earlier version):
+#: name pattern -> ``None`` for a file, or the layout of a folder
+_LAYOUTS: dict[str, dict[str, Any]] = {
+    RESULT: {"items": _TABLE, "workers": _TABLE, "relabel": _TABLE, "_model": _MODEL, "model": _MODEL,
+             "_incremental": {"items": _TABLE, "index": _TABLE, "index.arrow": None, "chain.json": None},
+             "summary.json": None, "report.html": None},
+    REPORT: {"report.md": None, "results.json": None, "*.png": None},
+    ITEMS: {"items": _TABLE},
 }
+
+
+#: the entries such a directory must hold to be recognised by its layout
+_REQUIRED: dict[str, tuple[str, ...]] = {
+    RESULT: ("items", "workers", "summary.json"),
+    REPORT: ("report.md", "results.json"),
+    ITEMS: ("items",),
+}
+
+
+#: how many unexpected entries a message names
+_SHOWN = 5
 
 
 _GLOB = re.compile(r"[*?[]")
@@ -145,10 +183,85 @@ def read_marker(files: Files, directory: str) -> dict[str, Any] | None:
     return document
 
 
-def _unexpected(kind: str, names: list[str]) -> list[str]:
-    """The entries ``names`` a directory of ``kind`` does not hold (all of them for unknown layouts)."""
-    allowed, _ = _LAYOUTS[kind]
-    return [n for n in names if n != MARKER and not any(fnmatchcase(n, pattern) for pattern in allowed)]
+def _leftover(name: str) -> bool:
+    """Whether ``name`` is one of crowdspark's own names, never listed and accepted anywhere in a crowdspark
+    directory: its marker and temporary names (``_CROWDSPARK.json*``, ``_crowdspark-*``, any case) and Hadoop's
+    ``_SUCCESS`` (checksum files ``.*.crc`` are never seen: :meth:`Files.entries` leaves them out)."""
+    return name.lower().startswith("_crowdspark") or name == "_SUCCESS"
+
+
+def _below(files: Files, directory: str, prefix: str = "") -> list[str]:
+    """Every folder (ending with ``/``) and file below ``directory``, as paths relative to it, parents first,
+    without crowdspark's own names (:func:`_leftover`)."""
+    out = []
+    for name, is_dir in files.entries(directory):
+        if _leftover(name):
+            continue
+        relative = f"{prefix}{name}/" if is_dir else f"{prefix}{name}"
+        out.append(relative)
+        if is_dir:
+            out += _below(files, _join(directory, name), relative)
+    return out
+
+
+def written_files(files: Files, directory: str) -> dict[str, list[str]]:
+    """What a writer puts in the marker of ``directory`` once everything is written there: ``{"written":
+    [...]}``, every folder (``items/``) and file (``items/part-00000.parquet``) below it, relative to it,
+    sorted, without crowdspark's own names (the marker, temporary names, ``_SUCCESS``).
+
+    Call it on the complete directory (Spark's part files have random names, so the listing can only be
+    taken after writing) and pass the result to :func:`write_marker`.
+    """
+    return {"written": sorted(_below(files, directory.rstrip("/")))}
+
+
+def add_written_file(files: Files, directory: str, name: str) -> None:
+    """Add the file ``name`` (relative to ``directory``) and its folders to the listing in the marker of
+    ``directory``, before a later writer puts it there (``crowdspark report``'s ``report.html``).  A marker
+    without a listing (an earlier version's) is left as it is: its layout already allows what crowdspark
+    writes there."""
+    marker = read_marker(files, directory)
+    if marker is None or not isinstance(marker.get("written"), list):
+        return
+    parts = name.split("/")
+    added = {"/".join(parts[:i]) + "/" for i in range(1, len(parts))} | {name}
+    fields = {key: value for key, value in marker.items() if key not in ("crowdspark", "kind")}
+    fields["written"] = sorted(set(marker["written"]) | added)
+    write_marker(files, directory, marker["kind"], **fields)
+
+
+_REFUSED = object()
+
+
+def _strays(files: Files, directory: str, rule: Any, state: Any, prefix: str = "") -> list[str]:
+    """The entries below ``directory`` that ``rule`` refuses, as paths relative to the start (folders end with
+    ``/``; a refused folder is named, not what it holds), skipping crowdspark's own names.
+
+    ``rule(state, relative, name, is_dir)`` returns :data:`_REFUSED`, or the state a folder's entries are
+    judged with.
+    """
+    out = []
+    for name, is_dir in files.entries(directory):
+        if _leftover(name):
+            continue
+        relative = f"{prefix}{name}/" if is_dir else f"{prefix}{name}"
+        inner = rule(state, relative, name, is_dir)
+        if inner is _REFUSED:
+            out.append(relative)
+        elif is_dir:
+            out += _strays(files, _join(directory, name), rule, inner, relative)
+    return out
+
+
+def _in_listing(listed: frozenset[str], relative: str, name: str, is_dir: bool) -> Any:
+    return listed if relative in listed else _REFUSED
+
+
+def _in_layout(layout: dict[str, Any], relative: str, name: str, is_dir: bool) -> Any:
+    matches = [inner for pattern, inner in layout.items() if fnmatchcase(name, pattern)]
+    if not matches or (matches[0] is None) == is_dir:  # an unknown name, or a folder where a file belongs
+        return _REFUSED
+    return matches[0]
 
 
 def _json(files: Files, path: str) -> Any:
@@ -158,12 +271,26 @@ def _json(files: Files, path: str) -> Any:
         return None
 
 
-def legacy_kind(files: Files, directory: str) -> str | None:
-    """The kind of an unmarked directory written by an older crowdspark, recognised by its exact layout.
+def _laid_out(files: Files, directory: str, kind: str, names: list[str]) -> bool:
+    """Whether the unmarked ``directory`` (holding ``names``) is a ``kind`` of an earlier version: the entries
+    that kind must hold, nothing outside its layout, and for a result a ``summary.json`` with the keys every
+    version wrote."""
+    if not all(n in names for n in _REQUIRED[kind]):
+        return False
+    if kind == RESULT:
+        summary = _json(files, _join(directory, "summary.json"))
+        if not isinstance(summary, dict) or not all(key in summary for key in _SUMMARY_KEYS):
+            return False
+    return not _strays(files, directory, _in_layout, _LAYOUTS[kind])
 
-    * ``result``: only ``items/``, ``workers/``, ``summary.json`` and optionally ``model/``, where
-      ``summary.json`` holds the keys every version wrote (``algorithm``, ``engine``, ``version``,
-      ``counts``, ``iterations``);
+
+def legacy_kind(files: Files, directory: str) -> str | None:
+    """The kind of an unmarked directory written by an earlier crowdspark, recognised by its layout.
+
+    * ``result``: ``items/``, ``workers/`` and ``summary.json`` (with the keys every version wrote:
+      ``algorithm``, ``engine``, ``version``, ``counts``, ``iterations``), and nothing but what crowdspark
+      writes in a result (:data:`_LAYOUTS`: table folders of ``part-*`` files, model folders of
+      ``model.json`` and ``*.npz`` ...);
     * ``report``: only ``report.md``, ``results.json`` and ``*.png`` figures;
     * ``run-root``: only ``run_id=*`` folders that are (legacy or marked) results, ``_LATEST.json``
       naming a run, and crowdspark's own leftovers (``*.crowdspark-staging-*``, ``*.crowdspark-old-*``,
@@ -174,13 +301,9 @@ def legacy_kind(files: Files, directory: str) -> str | None:
     names = files.list(directory)
     if not names or MARKER in names:
         return None
-    if not _unexpected(RESULT, names) and all(n in names for n in _LAYOUTS[RESULT][1]):
-        summary = _json(files, _join(directory, "summary.json"))
-        if isinstance(summary, dict) and all(key in summary for key in _SUMMARY_KEYS):
-            return RESULT
-        return None
-    if not _unexpected(REPORT, names) and all(n in names for n in _LAYOUTS[REPORT][1]):
-        return REPORT
+    for kind in (RESULT, REPORT):
+        if _laid_out(files, directory, kind, names):
+            return kind
     if _legacy_run_root(files, directory, names):
         return RUN_ROOT
     return None
@@ -200,21 +323,39 @@ def _legacy_run_root(files: Files, directory: str, names: list[str]) -> bool:
     return all(owned_kind(files, _join(directory, run)) == RESULT for run in runs)
 
 
+def _examine(files: Files, directory: str, marker: dict[str, Any]) -> tuple[str, list[str]]:
+    """The kind the marked ``directory`` is, and what in it crowdspark did not write there.
+
+    A marker with a listing (``"written"``) accepts only the listed entries; one without (written by an
+    earlier version) only what the layout of its kind allows (a ``result`` marker on a folder of ``items/``
+    alone is an ``items`` output of an earlier version); other kinds have no listing and accept anything.
+    """
+    kind = marker["kind"]
+    written = marker.get("written")
+    if written is not None:
+        listed = frozenset(w for w in written if isinstance(w, str)) if isinstance(written, list) else frozenset()
+        return kind, _strays(files, directory, _in_listing, listed)
+    if kind == RESULT and [n for n in files.list(directory) if not _leftover(n)] == ["items"]:
+        kind = ITEMS
+    if kind in _LAYOUTS:
+        return kind, _strays(files, directory, _in_layout, _LAYOUTS[kind])
+    return kind, []
+
+
 def owned_kind(files: Files, directory: str) -> str | None:
     """The kind of crowdspark directory ``directory`` is, or ``None`` when it is not (only) crowdspark's.
 
-    A marked directory of a kind with a fixed layout (result, report) counts only while it holds nothing
-    else; an unmarked one only if :func:`legacy_kind` recognises it.
+    A marked directory counts only while it holds nothing crowdspark did not write there (its listing, or
+    for a marker of an earlier version the layout of its kind); an unmarked one only if :func:`legacy_kind`
+    recognises it.
     """
     if not files.is_dir(directory):
         return None
     marker = read_marker(files, directory)
     if marker is None:
         return legacy_kind(files, directory)
-    kind = marker["kind"]
-    if kind in _LAYOUTS and _unexpected(kind, files.list(directory)):
-        return None
-    return kind
+    kind, strays = _examine(files, directory, marker)
+    return None if strays else kind
 
 
 def is_empty_dir(files: Files, directory: str) -> bool:
@@ -222,23 +363,66 @@ def is_empty_dir(files: Files, directory: str) -> bool:
     return files.is_dir(directory) and not files.list(directory)
 
 
+def _few(names: list[str]) -> str:
+    """The first few of ``names`` and how many there are in all, for messages."""
+    more = f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else ""
+    return ", ".join(names[:_SHOWN]) + more
+
+
+def _count(names: list[str]) -> str:
+    return "1 entry" if len(names) == 1 else f"{len(names)} entries"
+
+
 def describe(files: Files, path: str) -> str:
-    """What is at ``path``, for messages: a file, a link, or a directory and a few of its entries."""
+    """What is at ``path``, for messages: a file, a link, or a directory and a few of its entries (for a
+    crowdspark directory, the first few entries crowdspark did not write there and their count)."""
     if files.is_link(path):
         return "a symbolic link"
     if not files.is_dir(path):
         return "a file"
     names = files.list(path)
     marker = read_marker(files, path)
-    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     if marker is not None:
-        kind = marker["kind"]
-        extra = _unexpected(kind, names) if kind in _LAYOUTS else []
-        if extra:
-            return f"a crowdspark {kind} holding entries crowdspark did not write ({', '.join(extra[:5])})"
+        kind, strays = _examine(files, path, marker)
+        if strays:
+            return f"a crowdspark {kind} holding {_count(strays)} crowdspark did not write ({_few(strays)})"
         return f"a crowdspark {kind} directory"
-    entries = "1 entry" if len(names) == 1 else f"{len(names)} entries"
-    return f"a directory with {entries} without crowdspark's marker ({shown})"
+    if all(n in names for n in _REQUIRED[RESULT]):
+        strays = _strays(files, path, _in_layout, _LAYOUTS[RESULT])
+        if strays:
+            return (f"a result of an earlier crowdspark (without crowdspark's marker) holding {_count(strays)} "
+                    f"crowdspark does not write there ({_few(strays)})")
+    return f"a directory with {_count(names)} without crowdspark's marker ({_few(names)})"
+
+
+def _legacy_parent(files: Files, folder: str) -> str | None:
+    try:
+        return legacy_kind(files, folder)
+    except OSError:  # a folder this user cannot list is not one crowdspark wrote for them
+        return None
+
+
+def enclosing_owned(path: str) -> tuple[str, str] | None:
+    """The nearest folder above the local ``path`` that is a crowdspark directory, and its kind: a folder with
+    crowdspark's marker, or a parent recognised as written by an earlier version (:func:`legacy_kind`).
+
+    Symbolic links are resolved first, so a link into a result is inside it.  Returns ``None`` when no
+    folder above ``path`` is crowdspark's.
+    """
+    files = LocalFiles()
+    folder = os.path.dirname(os.path.realpath(strip_file_scheme(path)))
+    parent = True
+    while True:
+        if os.path.isdir(folder):
+            marker = read_marker(files, folder)
+            kind = marker["kind"] if marker is not None else _legacy_parent(files, folder) if parent else None
+            if kind is not None:
+                return folder, kind
+        parent = False
+        above = os.path.dirname(folder)
+        if above == folder:
+            return None
+        folder = above
 
 
 def delete_owned(files: Files, directory: str, kinds: tuple[str, ...], fix: str) -> None:

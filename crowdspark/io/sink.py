@@ -29,17 +29,20 @@ from typing import Any
 from crowdspark.errors import ConfigError
 from crowdspark.io.files import Files, HadoopFiles, files_for
 from crowdspark.io.marker import (
+    ITEMS,
     RESULT,
     RUN_ROOT,
     STAGING,
     delete_owned,
     describe,
+    enclosing_owned,
     is_empty_dir,
     overlap,
     owned_kind,
     path_components,
     read_marker,
     write_marker,
+    written_files,
 )
 from crowdspark.io.paths import is_local, strip_file_scheme
 from crowdspark.io.runs import run_directory
@@ -54,6 +57,8 @@ __all__ = [
     "check_run_root",
     "make_run_root",
     "check_output",
+    "check_outside_owned",
+    "check_items_out",
 ]
 
 log = logging.getLogger(__name__)
@@ -157,7 +162,7 @@ class StagedOutput:
                 old = _sibling(dest, OLD_PREFIX)
                 files.rename(dest, old)
         files.rename(self.staging, dest)
-        write_marker(files, dest, self.kind)
+        write_marker(files, dest, self.kind, **written_files(files, dest))
         if old is not None:
             _delete_leftover(files, old, self.kind)
         log.info("results written to %s", self.destination)
@@ -216,14 +221,14 @@ def recover(destination: str, spark: Any = None, kind: str = RESULT) -> str | No
     done = []
     marker = read_marker(files, destination) if files.is_dir(destination) else None
     if marker is not None and marker.get("kind") == STAGING and marker.get("complete"):
-        write_marker(files, destination, marker.get("final_kind", kind))
+        write_marker(files, destination, marker.get("final_kind", kind), **written_files(files, destination))
         done.append("marked the committed result")
     if not files.exists(destination):
         staged = _complete_staging(files, destination)
         olds = _siblings(files, destination, OLD_PREFIX)
         if staged is not None:
             files.rename(staged, destination)
-            write_marker(files, destination, kind)
+            write_marker(files, destination, kind, **written_files(files, destination))
             done.append(f"finished an interrupted commit ({staged})")
         elif olds:
             newest = max(olds, key=lambda path: (read_marker(files, path) or {}).get("created_at", ""))
@@ -240,24 +245,29 @@ def recover(destination: str, spark: Any = None, kind: str = RESULT) -> str | No
 
 
 def check_replaceable(files: Files, destination: str, kind: str = RESULT, flag: str = "--output") -> None:
-    """Refuse a destination a run must not replace.
+    """Refuse a destination a writer must not replace.
 
-    It may be missing, an empty directory, or a crowdspark directory of ``kind`` (marked, or recognised
-    as written by an earlier version, :func:`crowdspark.io.marker.legacy_kind`).  ``flag`` names the option
-    that gave the path, for the messages.
+    It may be missing, an empty directory, or a crowdspark directory of ``kind`` holding nothing but what
+    crowdspark wrote there (the files its marker lists, or for a directory of an earlier version what the
+    layout of its kind allows: :func:`crowdspark.io.marker.owned_kind`).  ``flag`` names the option that gave
+    the path, for the messages.
 
     Raises
     ------
     ConfigError
-        For a file, a symbolic link, a run root (``--output`` of runs with ``--run-id``) or a directory
-        with anything else in it.
+        For a file, a symbolic link, a crowdspark directory of another kind (with ``--output``, a run root of
+        ``--run-id`` runs), or a directory holding anything crowdspark did not write there (named, with their
+        count).
     """
-    _accept_only(files, destination, kind, flag, {
-        RUN_ROOT: "holds the runs written with --run-id (run_id=*/ and _LATEST.json): replacing it would "
-                  f"delete them all. Pass --run-id ID to add a run, or choose another {flag}",
-        None: f"is {{what}}: crowdspark replaces only an empty directory or a previous crowdspark {kind}, so "
-              f"nothing there is deleted. Choose a new or empty {flag}, or move those files away",
-    })
+    refusals = {
+        None: f"is {{what}}: crowdspark replaces only an empty directory or a previous crowdspark {kind} holding "
+              f"only what crowdspark wrote there, so nothing there is deleted. Choose a new or empty {flag}, or "
+              "move those entries out of it",
+    }
+    if kind == RESULT:
+        refusals[RUN_ROOT] = ("holds the runs written with --run-id (run_id=*/ and _LATEST.json): replacing it would "
+                              f"delete them all. Pass --run-id ID to add a run, or choose another {flag}")
+    _accept_only(files, destination, kind, flag, refusals)
 
 
 def check_run_root(files: Files, root: str) -> None:
@@ -277,8 +287,8 @@ def check_run_root(files: Files, root: str) -> None:
 
 def _accept_only(files: Files, path: str, kind: str, flag: str, refusals: dict[str | None, str]) -> None:
     """Accept a missing ``path``, an empty directory or a crowdspark directory of ``kind``; otherwise raise
-    the message of ``refusals`` for the kind found (``None``: not crowdspark's), where ``{what}`` says
-    what is there."""
+    the message of ``refusals`` for the kind found (``None``: not crowdspark's; a kind it does not name: a
+    message saying so), where ``{what}`` says what is there."""
     if not files.exists(path):
         return
     if files.is_link(path) or not files.is_dir(path):
@@ -291,8 +301,47 @@ def _accept_only(files: Files, path: str, kind: str, flag: str, refusals: dict[s
     found = owned_kind(files, path)
     if found == kind:
         return
-    message = refusals.get(found, refusals[None])
+    other = (f"is {{what}}, not a previous crowdspark {kind}: replacing it would delete what another crowdspark "
+             f"command wrote. Choose a new or empty {flag}")
+    message = refusals.get(found, refusals[None] if found is None else other)
     raise ConfigError(f"{flag} {path!r} " + message.replace("{what}", describe(files, path)))
+
+
+def check_outside_owned(path: str, flag: str, fix: str, own_file: str | None = None) -> None:
+    """Refuse a local ``path`` to write that is inside a crowdspark directory (:func:`enclosing_owned`): such a
+    directory holds only what crowdspark wrote there, and anything else in it stops the next run that
+    replaces it.  ``own_file`` names the one file a result may get from this writer (``report.html``).
+
+    Raises
+    ------
+    ConfigError
+        Naming the directory, its kind and ``fix``.
+    """
+    found = enclosing_owned(path)
+    if found is None:
+        return
+    folder, kind = found
+    resolved = os.path.realpath(strip_file_scheme(path))
+    if own_file is not None and kind == RESULT and resolved == os.path.join(folder, own_file):
+        return
+    raise ConfigError(f"{flag} {path!r} is inside the crowdspark {kind} {folder!r}, which holds only what "
+                      f"crowdspark wrote there (a file put there would stop the next run that replaces it). {fix}")
+
+
+def check_items_out(out: str) -> None:
+    """Refuse, before anything is read, an ``items --out`` folder the table must not replace: one that is not
+    missing, empty or a previous ``items --out`` folder (never a result, a run root or a user's folder), or one
+    inside a crowdspark directory.
+
+    Raises
+    ------
+    ConfigError
+    """
+    if not is_local(out):
+        raise ConfigError(f"--out {out!r} is not a local path: crowdspark items writes the table on this machine's "
+                          "disk; give a local folder")
+    check_outside_owned(out, "--out", "Choose an --out outside it.")
+    check_replaceable(files_for(out), out.rstrip("/"), ITEMS, "--out")
 
 
 def make_run_root(root: str, spark: Any = None) -> None:

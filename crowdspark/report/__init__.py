@@ -1,20 +1,48 @@
 """The run report: ``crowdspark report RUN_DIR`` and ``crowdspark aggregate --report``.
 
 One self-contained HTML page (inline CSS and SVG, no script, no network) that draws what a run directory
-holds and says what it lacks (``docs/report.md``).
+holds and says what it lacks (``docs/report.md``).  The page says in its head that crowdspark wrote it
+(:func:`generator_meta`); :func:`write_report` replaces only such a page, writes into a result only its
+``report.html`` (and adds it to the result's listing, :func:`crowdspark.io.marker.add_written_file`), and
+writes through a ``_crowdspark-`` temporary name that a failure removes.
 """
 
 from __future__ import annotations
 
 import os
 
+from crowdspark import __version__
 from crowdspark.errors import ConfigError
 from crowdspark.io.paths import is_local, strip_file_scheme
 
-__all__ = ["REPORT_FILE", "build_report", "write_report", "check_report_target"]
+__all__ = ["REPORT_FILE", "generator_meta", "is_report_page", "build_report", "write_report", "check_report_target",
+           "check_report_out"]
 
 #: the page's name in a result directory (part of its layout: :mod:`crowdspark.io.marker`)
 REPORT_FILE = "report.html"
+
+
+#: how the head of a page crowdspark wrote starts its generator mark
+_GENERATOR = '<meta name="generator" content="crowdspark'
+
+
+#: how pages written before the generator mark begin
+_EARLIER_HEAD = ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
+                 'content="width=device-width, initial-scale=1"><title>crowdspark run report: ')
+
+
+def generator_meta() -> str:
+    """The ``<meta name="generator">`` element that marks a report page as crowdspark's (in its head)."""
+    return f'{_GENERATOR} {__version__}">'
+
+
+def is_report_page(path: str) -> bool:
+    """Whether the local file ``path`` is a crowdspark report page: its head, before the title, holds the
+    generator mark, or it begins as the pages of earlier versions did."""
+    with open(path, "rb") as handle:
+        start = handle.read(4096).decode("utf-8", errors="replace")
+    head = start.split("<title>", 1)[0]
+    return start.startswith("<!DOCTYPE html>") and (_GENERATOR in head or start.startswith(_EARLIER_HEAD))
 
 
 def check_report_target(output: str) -> None:
@@ -58,16 +86,64 @@ def build_report(run_dir: str, gold: str | None = None) -> str:
     return render(collect(resolve_run_dir(run_dir), gold))
 
 
+def check_report_out(target: str, flag: str) -> None:
+    """Refuse, before the page is built, a ``target`` the report must not write: a path inside a crowdspark
+    directory other than a result's own ``report.html``, or an existing file that is not a crowdspark report
+    page (or not a file).  ``flag`` names where the path came from, for the messages.
+
+    Raises
+    ------
+    ConfigError
+    """
+    from crowdspark.io.files import LocalFiles
+    from crowdspark.io.marker import describe
+    from crowdspark.io.sink import check_outside_owned
+
+    check_outside_owned(target, flag, f"Write the report outside it, or to the result's own {REPORT_FILE} (the "
+                                      "default without --out).", own_file=REPORT_FILE)
+    if not os.path.lexists(target):
+        return
+    if os.path.islink(target) or not os.path.isfile(target) or not is_report_page(target):
+        what = describe(LocalFiles(), target)
+        raise ConfigError(f"{flag} {target!r} is {what} that is not a crowdspark report page (no {_GENERATOR} ...\"> "
+                          "in its head): the report replaces only a page it wrote. Choose a new file name, or move "
+                          "that one away")
+
+
+def _replace_file(target: str, text: str) -> None:
+    """Write ``text`` to ``target`` through ``_crowdspark-<pid>-<name>`` beside it (a name the deletion rule
+    accepts in a result), renamed over ``target``; a failure removes it."""
+    folder, name = os.path.split(target)
+    temporary = os.path.join(folder, f"_crowdspark-{os.getpid()}-{name}")
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, target)
+    except BaseException:
+        if os.path.lexists(temporary):
+            os.remove(temporary)
+        raise
+
+
 def write_report(run_dir: str, out: str | None = None, gold: str | None = None) -> str:
     """Write the report of ``run_dir`` to ``out`` (default: ``report.html`` in the run directory); returns the
-    path written."""
+    path written.
+
+    Raises
+    ------
+    ConfigError
+        When ``out`` is refused (:func:`check_report_out`), before the page is built.
+    """
+    from crowdspark.io.files import LocalFiles
+    from crowdspark.io.marker import RESULT, add_written_file, enclosing_owned
     from crowdspark.report.tables import resolve_run_dir
 
     local = resolve_run_dir(run_dir)
-    target = strip_file_scheme(out) if out else os.path.join(local, REPORT_FILE)
+    target = os.path.abspath(strip_file_scheme(out)) if out else os.path.join(local, REPORT_FILE)
+    check_report_out(target, "--out" if out else "the report page")
     page = build_report(local, gold)
-    staging = f"{target}.tmp-{os.getpid()}"
-    with open(staging, "w", encoding="utf-8") as handle:
-        handle.write(page)
-    os.replace(staging, target)
+    owner = enclosing_owned(target)
+    if owner is not None and owner[1] == RESULT:
+        add_written_file(LocalFiles(), owner[0], REPORT_FILE)
+    _replace_file(target, page)
     return target

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from crowdspark.io.worker_table import one_coin_confusion
-from crowdspark.report import figures
+from crowdspark.report import figures, generator_meta
 from crowdspark.report.facts import Histogram, RunFacts
 
 __all__ = ["SECTIONS", "render", "build_figures", "crowd_matrix"]
@@ -353,7 +353,7 @@ def render(facts: RunFacts) -> str:
     sections = [f'<section id="run"><h2>Run</h2>{_run_section(facts)}</section>']
     sections += [f'<section id="{sid}"><h2>{html.escape(head)}</h2>{_RENDER[sid](facts, svgs)}</section>'
                  for sid, head in SECTIONS[1:]]
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{generator_meta()}"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{html.escape(title)}"
             f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
             f"<p>{html.escape(facts.run_dir)}</p><nav>{nav}</nav>{''.join(sections)}</body></html>\n")
