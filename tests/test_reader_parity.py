@@ -137,8 +137,9 @@ def test_a_filter_on_an_unknown_column_names_it_and_the_columns_there_are(spark,
     with pytest.raises(ConfigError) as caught:
         aggregate(config, str(path), None, spark=spark)
     message = str(caught.value)
-    assert re.search(r"input.filter 'nosuch = 1' names the column 'nosuch', which the labels do not have; their "
-                     r"columns are \['item', 'worker', 'label'\]", message), message
+    assert re.search(r"input.filter 'nosuch = 1' is not a valid Spark SQL condition on the labels: it names the "
+                     r"column 'nosuch', which they do not have; their columns are \['item', 'worker', 'label'\]",
+                     message), message
     assert "\n" not in message and "at org.apache" not in message
 
 

@@ -352,9 +352,9 @@ def filter_error(condition: str, columns: list[str], exc: BaseException) -> Conf
     unknown = re.search(r"with name (`[^`]*`|\S+) cannot be resolved", text)
     if unknown:
         return ConfigError(
-            f"input.filter {condition!r} names the column {unknown.group(1).strip('`')!r}, which the labels do not "
-            f"have; their columns are {columns} (a partition folder such as date=2026-11-01/ is a column). Name "
-            "one of them in the filter."
+            f"input.filter {condition!r} is not a valid Spark SQL condition on the labels: it names the column "
+            f"{unknown.group(1).strip('`')!r}, which they do not have; their columns are {columns} (a partition "
+            "folder such as date=2026-11-01/ is a column). Name one of them in the filter."
         )
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
     return ConfigError(f"input.filter {condition!r} is not a valid Spark SQL condition on the labels: {first}; "
