@@ -15,7 +15,15 @@ import warnings
 from collections.abc import Sequence
 
 from crowdspark import __version__
-from crowdspark.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, CrowdsparkError, one_line
+from crowdspark.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE,
+    EXIT_OK,
+    CrowdsparkError,
+    disk_full_message,
+    is_disk_full,
+    one_line,
+)
 
 __all__ = ["main", "build_parser", "run_aggregate"]
 
@@ -294,7 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the scheduler needs an exit code, the user a message
         if debug:
             log.exception("run failed")
-        print(f"crowdspark: failed: {one_line(exc)} (rerun with --debug for the traceback)", file=sys.stderr)
+        reason = disk_full_message(exc, getattr(args, "output", None)) if is_disk_full(exc) else one_line(exc)
+        print(f"crowdspark: failed: {reason} (rerun with --debug for the traceback)", file=sys.stderr)
         return EXIT_FAILURE
     print(_report(summary, destination))
     if page is not None:

@@ -8,10 +8,13 @@ traceback and exits with :data:`EXIT_BAD_INPUT`; any other exception is a failur
 from __future__ import annotations
 
 import errno
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 __all__ = [
     "CrowdsparkError", "InputError", "ConfigError", "IncompatibleModelError", "RUN_COLD", "EXIT_OK", "EXIT_FAILURE",
-    "EXIT_BAD_INPUT", "one_line", "is_permission_error",
+    "EXIT_BAD_INPUT", "one_line", "is_permission_error", "is_disk_full", "naming_disk_full", "disk_full_message",
 ]
 
 EXIT_OK = 0
@@ -61,3 +64,33 @@ def is_permission_error(exc: BaseException) -> bool:
         return exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
     text = one_line(exc)
     return "AccessControlException" in text or "Permission denied" in text or "Read-only file system" in text
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk (or the user's quota) is full: ``ENOSPC``/``EDQUOT``, or a JVM failure
+    whose cause says so."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = one_line(exc) if getattr(exc, "java_exception", None) is not None else ""
+    return "No space left on device" in text or "Disk quota exceeded" in text
+
+
+@contextmanager
+def naming_disk_full(path: str) -> Iterator[None]:
+    """Give a disk-full error raised while ``path`` is written the path it lacks (pyarrow's and pandas' writers
+    name no file): an ``OSError(ENOSPC)`` whose ``filename`` is ``path``; any other error passes unchanged."""
+    try:
+        yield
+    except Exception as exc:
+        if not is_disk_full(exc) or getattr(exc, "filename", None):
+            raise
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path) from exc
+
+
+def disk_full_message(exc: BaseException, fallback: str | None) -> str:
+    """What a run stopped by a full disk says: the path it was writing (``exc``'s file, else ``fallback``),
+    that the disk is full, and that a run with free space can succeed (it is a failure, exit 1, not bad input)."""
+    where = getattr(exc, "filename", None) or fallback
+    shown = f"writing {where!r}" if where else "writing its results"
+    return (f"the disk is full (no space left on device) {shown}; free space there, or write elsewhere, and run "
+            "again: a run with room to write can succeed")

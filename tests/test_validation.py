@@ -343,18 +343,25 @@ def test_a_damaged_parquet_file_is_refused_with_its_name(run, tmp_path, damage):
 
 
 def test_parquet_files_whose_column_types_differ(run, tmp_path):
-    # pandas reads each file with its own types (the same text either way); Spark reads every file with one
-    # schema and refuses the file it cannot convert, with an InputError naming it
+    # Spark reads every file with one schema (from one of them): both readers refuse, from the footers
     folder = tmp_path / "parts"
     folder.mkdir()
     pd.DataFrame({"item": [1, 1], "worker": ["a", "b"], "label": ["x", "y"]}).to_parquet(folder / "a.parquet")
     pd.DataFrame({"item": ["2", "2"], "worker": ["a", "b"], "label": ["y", "y"]}).to_parquet(folder / "b.parquet")
-    try:
-        summary = run(folder)
-    except InputError as exc:
-        assert re.search(r"Parquet file '[^']*\.parquet' has column \[item\] of type .* same column types", str(exc))
-    else:
-        assert summary["counts"]["items"] == 2 and summary["counts"]["labels"] == 4
+    with pytest.raises(InputError, match=r"column 'item' is string in file '[^']*b\.parquet' but int64 in file "
+                                         r"'[^']*a\.parquet'.*Write every file with the same column types"):
+        run(folder)
+
+
+def test_a_remote_parquet_type_mismatch_spark_reports_names_file_column_and_types():
+    from crowdspark.io.spark_reader import input_error_from_spark
+
+    spark_text = ("org.apache.spark.SparkException: Encountered error while reading file s3a://b/l/day=2/p.parquet. "
+                  "Details:\nCaused by: ... reading Parquet column [label]. Expected Spark type string, actual "
+                  "Parquet type INT64.")
+    error = input_error_from_spark(RuntimeError(spark_text), "labels", "s3a://b/l")
+    assert re.search(r"labels at 's3a://b/l': column 'label' is INT64 in file 's3a://b/l/day=2/p\.parquet' but "
+                     r"string in the input's schema.*same column types", str(error))
 
 
 @pytest.mark.parametrize(
@@ -390,6 +397,28 @@ def test_gold_that_matches_no_labelled_item_warns_with_counts_and_a_hint(run, tm
     expected = r"none of the 2 gold items .* has a label .*3 labelled items.* gold item '1\.0'.* labelled item '1'"
     assert any(re.search(expected, w) for w in summary["warnings"]), summary["warnings"]
     assert any(re.search(expected, r.getMessage()) for r in caplog.records)
+
+
+def test_gold_with_only_a_header_warns_that_no_metrics_are_computed(run, tmp_path, caplog):
+    labels = write_csv(tmp_path / "l.csv", BASIC)
+    gold = write_csv(tmp_path / "g.csv", "item,truth\n")
+    with caplog.at_level(logging.WARNING, logger="crowdspark"):
+        summary = run(labels, gold)
+    expected = r"gold at '[^']*g\.csv' has a header but no rows, so no metrics are computed"
+    assert any(re.search(expected, w) for w in summary["warnings"]), summary["warnings"]
+    assert any(re.search(expected, r.getMessage()) for r in caplog.records)
+
+
+def test_the_null_device_as_labels_is_an_empty_input_not_a_missing_path(run):
+    with pytest.raises(InputError, match=r"'/dev/null' is the null device: an empty input, with no rows"):
+        run("/dev/null")
+
+
+def test_an_empty_labels_file_is_said_to_be_empty(run, tmp_path):
+    path = tmp_path / "l.csv"
+    path.write_text("")
+    with pytest.raises(InputError, match=r"labels at '[^']*l\.csv' is empty: no header and no rows"):
+        run(path)
 
 
 # --------------------------------------------------------------------------- the pandas API's own input checks

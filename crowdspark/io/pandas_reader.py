@@ -7,6 +7,7 @@ parsers (strict RFC 4180 quoting, one record per line), Parquet with its Arrow t
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from functools import partial
 from operator import itemgetter, methodcaller
@@ -22,6 +23,7 @@ from crowdspark.io.paths import infer_format, resolve_local_paths
 from crowdspark.io.rules import (
     Encoding,
     check_columns,
+    compressed_file_error,
     csv_header_error,
     csv_quote_error,
     csv_row_error,
@@ -29,10 +31,12 @@ from crowdspark.io.rules import (
     duplicate_columns_error,
     empty_labels_error,
     gold_conflict_error,
+    gold_empty_warning,
     gold_outside_error,
     gold_unmatched_warning,
     json_line_error,
-    null_error,    sorted_codes,
+    null_error,
+    sorted_codes,
 )
 
 __all__ = [
@@ -96,6 +100,15 @@ def _open_text(name: str):
     return opener(name, "rt", encoding="utf-8-sig", newline="")
 
 
+def _unreadable(exc: BaseException, name: str, what: str, source: str) -> InputError:
+    """The error of a file that fails while it is read: a compressed file that cannot be decompressed to its
+    end (:func:`crowdspark.io.rules.compressed_file_error`), else the system's reason."""
+    compressed = name.endswith((".gz", ".bz2"))
+    if compressed and (not isinstance(exc, OSError) or exc.errno is None):
+        return compressed_file_error(what, source, name)
+    return InputError(f"cannot read {what} at {source!r}: {exc}")
+
+
 def read_csv_file(name: str, what: str, source: str, dictionary: tuple[str, ...] = ()) -> pd.DataFrame | None:
     """One CSV file as text, as Spark reads CSV (RFC 4180 quoting, one record per line).
 
@@ -129,8 +142,8 @@ def read_csv_file(name: str, what: str, source: str, dictionary: tuple[str, ...]
         raise csv_quote_error(what, source, name, f"line {reader.line_num}: {exc}") from None
     except UnicodeDecodeError as exc:
         raise InputError(f"{what} at {source!r}: file {name!r} is not UTF-8 text ({exc}).") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {what} at {source!r}: {exc}") from exc
+    except (OSError, EOFError, zlib.error) as exc:
+        raise _unreadable(exc, name, what, source) from exc
     records = [row for row in rows if row]  # blank lines are skipped
     if not records:
         return None
@@ -250,8 +263,8 @@ def read_json_file(name: str, what: str, source: str) -> pd.DataFrame | None:
                 records.append(record)
     except UnicodeDecodeError as exc:
         raise InputError(f"{what} at {source!r}: file {name!r} is not UTF-8 text ({exc}).") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {what} at {source!r}: {exc}") from exc
+    except (OSError, EOFError, zlib.error) as exc:
+        raise _unreadable(exc, name, what, source) from exc
     if not records:
         return None
     keys = dict.fromkeys(key for record in records for key in record)
@@ -430,9 +443,12 @@ def prepare_gold(frame: pd.DataFrame, cfg: GoldConfig, classes: list[str], sourc
 
 
 def gold_unmatched(labels: Labels, gold: Gold) -> str | None:
-    """The warning of :func:`gold_unmatched_warning` when no gold item has a label, else ``None``."""
+    """The warning of :func:`gold_empty_warning` for gold without rows, of :func:`gold_unmatched_warning` when no
+    gold item has a label, else ``None``."""
     items = labels.items
-    if not len(gold.frame) or gold.frame["item"].isin(items).any():
+    if not len(gold.frame):
+        return gold_empty_warning(gold.source)
+    if gold.frame["item"].isin(items).any():
         return None
     return gold_unmatched_warning(gold.source, len(gold.frame), len(items), min(gold.frame["item"]), items[0])
 

@@ -69,7 +69,8 @@ def check_local_folder_writable(folder: str, what: str) -> None:
     ------
     ConfigError
     """
-    existing = strip_file_scheme(folder)
+    wanted = strip_file_scheme(folder)
+    existing = wanted
     while existing and not os.path.exists(existing):
         existing = os.path.dirname(existing.rstrip("/"))
     existing = existing or "."
@@ -77,6 +78,33 @@ def check_local_folder_writable(folder: str, what: str) -> None:
         problem = "is not a folder" if not os.path.isdir(existing) else "cannot be written by this user"
         raise ConfigError(f"{what}: {existing!r} {problem}; give a folder the job can write (it is created if "
                           "missing)")
+    _check_name_lengths(wanted, existing, what)
+
+
+def _check_name_lengths(wanted: str, existing: str, what: str) -> None:
+    """Refuse a path to create below the folder ``existing`` whose new names or whole length the filesystem
+    there does not allow (``NAME_MAX`` bytes per name, ``PATH_MAX`` in all).
+
+    Raises
+    ------
+    ConfigError
+    """
+    def limit(name: str, default: int) -> int:
+        try:
+            return os.pathconf(existing, name)
+        except (OSError, ValueError):
+            return default
+
+    name_max, path_max = limit("PC_NAME_MAX", 255), limit("PC_PATH_MAX", 4096)
+    missing = os.path.relpath(os.path.abspath(wanted), os.path.abspath(existing))
+    for part in missing.split(os.sep):
+        if len(os.fsencode(part)) > name_max:
+            raise ConfigError(f"{what}: it cannot be created: the name {part[:24] + '...'!r} is "
+                              f"{len(os.fsencode(part))} bytes long, and a name in {existing!r} may have at most "
+                              f"{name_max}; give a shorter path")
+    if len(os.fsencode(os.path.abspath(wanted))) >= path_max:
+        raise ConfigError(f"{what}: it cannot be created: the path is {len(os.fsencode(os.path.abspath(wanted)))} "
+                          f"bytes long, and a path may have at most {path_max - 1}; give a shorter path")
 
 
 def resolve_local_paths(path: str, what: str) -> list[str]:
@@ -98,6 +126,8 @@ def resolve_local_paths(path: str, what: str) -> list[str]:
         )
     elif os.path.isfile(local):
         files = [local]
+    elif os.path.exists(local):
+        raise InputError(_special_file(path, local, what))
     else:
         raise InputError(f"cannot read {what}: path {path!r} does not exist. Check the path (--{what} PATH).")
     files = [f for f in files if not os.path.basename(f).startswith(("_", "."))]
@@ -107,6 +137,22 @@ def resolve_local_paths(path: str, what: str) -> list[str]:
     if unreadable:
         raise InputError(f"cannot read {what}: {unreadable[0]!r} is not readable (check its permissions).")
     return files
+
+
+def _special_file(path: str, local: str, what: str) -> str:
+    """What a path that is neither a regular file nor a folder is, for the message refusing it."""
+    import stat
+
+    mode = os.stat(local).st_mode
+    if os.path.realpath(local) == os.path.realpath(os.devnull):
+        kind = "the null device: an empty input, with no rows and no header"
+    else:
+        kind = {stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device", stat.S_ISFIFO: "a named pipe",
+                stat.S_ISSOCK: "a socket"}
+        kind = next((name for test, name in kind.items() if test(mode)), "not a regular file")
+        kind += ", not a file or folder of data"
+    return (f"cannot read {what}: {path!r} is {kind}; there is nothing to read. Give a file, folder or glob "
+            f"(--{what} PATH).")
 
 
 def infer_format(path: str, files: list[str] | None, what: str) -> str:

@@ -47,7 +47,10 @@ __all__ = [
     "csv_quote_error",
     "csv_header_error",
     "json_line_error",
+    "compressed_file_error",
+    "column_types_error",
     "gold_unmatched_warning",
+    "gold_empty_warning",
     "null_error",
     "too_many_labels_error",
     "decide_classes",
@@ -213,8 +216,12 @@ def check_columns(present: list, columns: dict[str, str], what: str, source: str
     Raises
     ------
     InputError
-        Naming the missing columns and the present ones, or the repeated ones.
+        For no column at all (an empty file), naming the missing columns and the present ones, or the repeated
+        ones.
     """
+    if not len(present):
+        raise InputError(f"{what} at {source!r} is empty: no header and no rows (an empty file); there is nothing "
+                         f"to read. Give the {what} with a header and rows.")
     missing = [c for c in columns.values() if c not in present]
     if missing:
         raise missing_columns_error(
@@ -266,6 +273,41 @@ def json_line_error(what: str, source: str, name: str | None, detail: str) -> In
         f"{what} at {source!r}: {_file('JSON', name)}, {detail}; every line must hold one JSON object "
         "(JSON lines, not a JSON array)."
     )
+
+
+def compressed_file_error(what: str, source: str, name: str | None) -> InputError:
+    """The message for a compressed file (``.gz``, ``.bz2``) that cannot be decompressed to its end."""
+    shown = f"file {name!r}" if name else "a compressed file"
+    return InputError(
+        f"{what} at {source!r}: {shown} cannot be decompressed (it is truncated, or not in the format its name "
+        "says); write it again, or remove it from the input."
+    )
+
+
+def column_types_error(what: str, source: str, column: str, name: str | None, kind: str, reference: str,
+                       reference_kind: str) -> InputError:
+    """The message for files of one input that give one column different types.
+
+    Parameters
+    ----------
+    name, kind : str
+        A file and its type of ``column`` (``name`` ``None`` when the reader does not say which file).
+    reference, reference_kind : str
+        Where the other type comes from (``"file '...'"``, ``"the input's schema"``) and that type.
+    """
+    shown = f"file {name!r}" if name else "a file"
+    return InputError(
+        f"{what} at {source!r}: column {column!r} is {kind} in {shown} but {reference_kind} in {reference}; the "
+        "files (days) of one input must give each column one type: Spark reads them with one schema, so the "
+        f"readers would disagree. Write every file with the same column types ({column!r} as {reference_kind} in "
+        "every file, say), or read the files as separate inputs."
+    )
+
+
+def gold_empty_warning(source: str) -> str:
+    """The warning for gold with a header and no rows: no metrics are computed."""
+    return (f"gold at {source!r} has a header but no rows, so no metrics are computed; "
+            "give the gold file with its rows, or run without --gold.")
 
 
 def gold_unmatched_warning(

@@ -17,6 +17,7 @@ same blocks).  The blocks travel from Arrow to Python as one pickled binary valu
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import re
 from collections.abc import Iterator
@@ -32,11 +33,13 @@ from crowdspark.block import Block
 from crowdspark.config import GoldConfig, InputConfig
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.cells import SPARK_ERROR_END, SPARK_ERROR_START, canonical_spark
-from crowdspark.io.paths import resolve_format
+from crowdspark.io.paths import is_local, resolve_format, strip_file_scheme
 from crowdspark.io.rules import (
     MAX_CLASSES,
     Encoding,
     check_columns,
+    column_types_error,
+    compressed_file_error,
     csv_header_error,
     csv_quote_error,
     csv_row_error,
@@ -44,6 +47,7 @@ from crowdspark.io.rules import (
     duplicate_columns_error,
     empty_labels_error,
     gold_conflict_error,
+    gold_empty_warning,
     gold_outside_error,
     gold_unmatched_warning,
     json_line_error,
@@ -70,6 +74,7 @@ __all__ = [
     "listed_files",
     "block_rdd",
     "gold_unmatched_spark",
+    "filter_error",
 ]
 
 log = logging.getLogger(__name__)
@@ -159,8 +164,9 @@ def _error_chain(exc: BaseException) -> str:
 
 
 def _failed_file(text: str) -> str | None:
+    """The file a Spark failure names (a local file as its path, as the pandas reader names it)."""
     found = re.search(r"while reading file (\S+?)\.?\s", text)
-    return unquote(found.group(1)) if found else None
+    return strip_file_scheme(unquote(found.group(1))) if found else None
 
 
 def input_error_from_spark(exc: BaseException, what: str, source: str) -> InputError | None:
@@ -193,25 +199,57 @@ def input_error_from_spark(exc: BaseException, what: str, source: str) -> InputE
         detail = (f"the record {record.group(1)!r} has more or fewer fields than the header, or a quoted value "
                   "spans several lines")
         return csv_row_error(what, source, _failed_file(text), detail)
+    if "INVALID_JSON_RECORD_TYPE" in text:  # a line holding a string, number or array, seen by the schema
+        return json_line_error(what, source, _failed_file(text), "a line is not a JSON object")
+    if re.search(r"EOFException: Unexpected end of|Not in GZIP format|not a gzip file|ZipException|CompressorException",
+                 text):
+        return compressed_file_error(what, source, _failed_file(text))
     if "MALFORMED_RECORD_IN_PARSING" in text:  # CSV records are matched above: a JSON line
         reason = re.search(r"JsonParseException: ([^\n]*)", text)
         detail = f" ({reason.group(1)})" if reason else ""
         return json_line_error(what, source, _failed_file(text), f"a line is not a valid JSON object{detail}")
-    mismatch = re.search(r"reading Parquet column (\S+)\. Expected Spark type (\S+), actual Parquet type (\S+)", text)
+    mismatch = re.search(r"reading Parquet column (\S+)\. Expected Spark type (\S+?),? actual Parquet type "
+                         r"(\S+?)\.?(?:\s|$)", text)
     if mismatch:
-        return InputError(
-            f"{what} at {source!r}: Parquet file {_failed_file(text)!r} has column {mismatch.group(1)} of type "
-            f"{mismatch.group(3)} where the input's schema has {mismatch.group(2)}; Spark reads the files of one "
-            "input with one schema. Write every file with the same column types."
-        )
+        column = mismatch.group(1).strip("[]")
+        return column_types_error(what, source, column, _failed_file(text), mismatch.group(3),
+                                  "the input's schema (Spark's, from one of its files)", mismatch.group(2))
     if "is not a Parquet file" in text:
         return InputError(f"cannot read {what} at {source!r}: {_failed_file(text) or 'a file'!r} is not a Parquet file.")
     return None
 
 
+#: the largest local input whose refusal by Spark is explained by the pandas reader (:func:`_pandas_error`)
+LOCAL_EXPLAIN_BYTES = 64 << 20
+
+
+def _pandas_error(what: str, source: str) -> InputError | None:
+    """The pandas reader's error for a local input of CSV or JSON-lines files that Spark refused (it names the
+    file and line where Spark often names neither), or ``None``: a remote or larger input (above
+    :data:`LOCAL_EXPLAIN_BYTES`), a format the file names do not say, or files the pandas reader accepts."""
+    from crowdspark.io.pandas_reader import read_frame
+    from crowdspark.io.paths import infer_format, resolve_local_paths
+
+    if not is_local(source):
+        return None
+    try:
+        files = resolve_local_paths(source, what)
+        if infer_format(source, files, what) not in ("csv", "json") or \
+                sum(os.path.getsize(name) for name in files) > LOCAL_EXPLAIN_BYTES:
+            return None
+        read_frame(source, "auto", what)
+    except InputError as exc:
+        return exc
+    except Exception:  # noqa: BLE001 - an explanation only: Spark's own error stands
+        return None
+    return None
+
+
 @contextmanager
 def spark_input_errors(what: str, source: str):
-    """Turn a Spark failure caused by the data (see :func:`input_error_from_spark`) into its ``InputError``."""
+    """Turn a Spark failure caused by the data (see :func:`input_error_from_spark`) into its ``InputError``:
+    for a small local CSV or JSON-lines input, the pandas reader's own (:func:`_pandas_error`), so that both
+    readers refuse such files with one message."""
     try:
         yield
     except InputError:
@@ -220,7 +258,7 @@ def spark_input_errors(what: str, source: str):
         error = input_error_from_spark(exc, what, source)
         if error is None:
             raise
-        raise error from exc
+        raise (_pandas_error(what, source) or error) from exc
 
 
 def listed_files(spark, frame, limit: int = 10000) -> list[tuple[str, int, float]] | None:
@@ -305,6 +343,22 @@ def to_pandas_strings(frame, columns: list[str], what: str, source: str) -> pd.D
     selected = canonical_spark_frame(frame, {c: c for c in dict.fromkeys(columns)}, what, source)
     with spark_input_errors(what, source):
         return selected.toPandas()
+
+
+def filter_error(condition: str, columns: list[str], exc: BaseException) -> ConfigError:
+    """The error of an ``input.filter`` Spark cannot apply to the labels: the column it names that the labels do
+    not have, with the columns they have, or Spark's first line (never its Java stack)."""
+    text = str(exc)
+    unknown = re.search(r"with name (`[^`]*`|\S+) cannot be resolved", text)
+    if unknown:
+        return ConfigError(
+            f"input.filter {condition!r} is not a valid Spark SQL condition on the labels: it names the column "
+            f"{unknown.group(1).strip('`')!r}, which they do not have; their columns are {columns} (a partition "
+            "folder such as date=2026-11-01/ is a column). Name one of them in the filter."
+        )
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    return ConfigError(f"input.filter {condition!r} is not a valid Spark SQL condition on the labels: {first}; "
+                       f"their columns are {columns}.")
 
 
 @dataclass(frozen=True)
@@ -491,8 +545,9 @@ def _unpickle_block(row) -> Block:
 
 
 def gold_unmatched_spark(gold: SparkGold, without_labels: int, n_items: int, label_example: str | None) -> str | None:
-    """The warning of :func:`crowdspark.io.rules.gold_unmatched_warning` when no gold item has a label, else
-    ``None`` (one one-row job for the gold example, only then).
+    """The warning of :func:`crowdspark.io.rules.gold_empty_warning` for gold without rows, of
+    :func:`crowdspark.io.rules.gold_unmatched_warning` when no gold item has a label, else ``None`` (one
+    one-row job for the gold example, only then).
 
     Parameters
     ----------
@@ -504,7 +559,9 @@ def gold_unmatched_spark(gold: SparkGold, without_labels: int, n_items: int, lab
     label_example : str or None
         The smallest labelled item id.
     """
-    if not gold.n_items or without_labels < gold.n_items:
+    if not gold.n_items:
+        return gold_empty_warning(gold.source)
+    if without_labels < gold.n_items:
         return None
     gold_example = gold.frame.select("item").orderBy("item").limit(1).collect()
     return gold_unmatched_warning(gold.source, gold.n_items, n_items, gold_example[0][0] if gold_example else None,

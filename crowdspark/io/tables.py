@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from crowdspark.errors import naming_disk_full
 from crowdspark.io.paths import is_local, strip_file_scheme
 from crowdspark.models.base import ItemResult
 
@@ -239,6 +240,12 @@ def write_table(table, directory: str, fmt: str, spark: Any = None, extras: dict
     pyarrow table (Parquet only) to a local directory with pyarrow (one file); a Spark table is written by
     Spark.
     """
+    with naming_disk_full(directory):
+        _write_table(table, directory, fmt, spark, extras, schema)
+
+
+def _write_table(table, directory: str, fmt: str, spark: Any, extras: dict[str, str] | None,
+                 schema: str | None) -> None:
     import pandas as pd
     import pyarrow as pa
 

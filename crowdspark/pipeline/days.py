@@ -22,10 +22,11 @@ import pandas as pd
 from crowdspark.config import RunConfig
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.faces import display_key
+from crowdspark.io.column_types import check_column_types
 from crowdspark.io.pandas_reader import canonical_frame, read_frame
 from crowdspark.io.paths import resolve_format, strip_file_scheme
 from crowdspark.io.rules import check_columns
-from crowdspark.pipeline.window import Window
+from crowdspark.pipeline.window import Window, spark_date
 
 __all__ = ["DayReader"]
 
@@ -48,6 +49,9 @@ class DayReader:
     ------
     ConfigError
         For ``input.filter`` with the pandas reader, or no SparkSession for the Spark reader.
+    InputError
+        For local Parquet day files that give an id or label column different types (every file of the input
+        is checked, whichever days a night reads: :func:`crowdspark.io.column_types.check_column_types`).
     """
 
     def __init__(self, config: RunConfig, labels_path: str, spark: Any = None) -> None:
@@ -65,6 +69,7 @@ class DayReader:
                               "use --engine spark")
         if self.spark is None:
             self._folders = _day_folders(strip_file_scheme(labels_path), self.column)
+        check_column_types(labels_path, self.cfg.format, (self.cfg.item, self.cfg.worker, self.cfg.label), "labels")
 
     @property
     def distributed(self) -> bool:
@@ -167,7 +172,7 @@ class DayReader:
 def _spark_day(column: str):
     from pyspark.sql import functions as F
 
-    return F.date_format(F.to_date(F.col(f"`{column}`").cast("string")), "yyyy-MM-dd")
+    return F.date_format(spark_date(column), "yyyy-MM-dd")
 
 
 def _day_folders(path: str, column: str) -> dict[str, str] | None:

@@ -262,12 +262,14 @@ def _row_count(labels, selected, raw, cache: bool, input_format: str | None) -> 
 
 def filtered_frame(labels_raw, condition: str):
     """``labels_raw`` (a Spark DataFrame) filtered by ``condition`` (``input.filter``; empty: all rows)."""
+    from crowdspark.io.spark_reader import filter_error
+
     if not condition:
         return labels_raw
     try:
         return labels_raw.filter(condition)
     except Exception as exc:  # AnalysisException or ParseException: the user's condition is wrong
-        raise ConfigError(f"input.filter {condition!r} is not a valid Spark SQL condition on the labels: {exc}") from exc
+        raise filter_error(condition, list(labels_raw.columns), exc) from exc
 
 
 def _labels_with_gold(labels, gold):

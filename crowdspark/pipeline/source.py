@@ -22,6 +22,7 @@ import pandas as pd
 
 from crowdspark.config import RunConfig
 from crowdspark.errors import InputError
+from crowdspark.io.column_types import check_input_types
 from crowdspark.io.pandas_reader import read_frame
 from crowdspark.io.paths import is_local, resolve_format, resolve_local_paths
 
@@ -130,9 +131,13 @@ def choose_source(
 
     Raises
     ------
+    InputError
+        For local Parquet files of one input that give a column different types
+        (:func:`crowdspark.io.column_types.check_input_types`), whichever reader would read them.
     ValueError
         When the Spark engine is needed and ``spark`` is ``None``.
     """
+    check_input_types(config.input, config.gold, labels_path, gold_path)
     if config.engine.name == "local":
         return Source(engine="local")
     small = local_small_input(config, labels_path, gold_path, output_dir, warm_start)

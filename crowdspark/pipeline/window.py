@@ -17,7 +17,16 @@ from crowdspark.config import RunConfig
 from crowdspark.errors import InputError
 from crowdspark.faces import display_key
 
-__all__ = ["Window"]
+__all__ = ["Window", "spark_date"]
+
+
+def spark_date(column: str) -> Any:
+    """The date of each row of ``column`` as Spark reads it (its text as a date), null where the text is not a
+    date: never a failed job under ANSI mode, so that such rows are refused by :meth:`Window.day_counts_spark`
+    with the message the pandas reader gives."""
+    from pyspark.sql import functions as F
+
+    return F.col(f"`{column}`").cast("string").try_cast("date")
 
 
 @dataclass(frozen=True)
@@ -81,7 +90,7 @@ class Window:
 
         if self.column not in frame.columns:
             raise self._missing_column(list(frame.columns), source)
-        day = F.to_date(F.col(f"`{self.column}`").cast("string"))
+        day = spark_date(self.column)
         inside = day <= F.lit(self.end.isoformat()).cast("date")
         if self.start is not None:
             inside = inside & (day >= F.lit(self.start.isoformat()).cast("date"))
@@ -91,9 +100,13 @@ class Window:
         """Labels per day of a Spark frame from :meth:`filter_spark` (one small job)."""
         from pyspark.sql import functions as F
 
-        day = F.date_format(F.to_date(F.col(f"`{self.column}`").cast("string")), "yyyy-MM-dd").alias("day")
+        day = F.date_format(spark_date(self.column), "yyyy-MM-dd").alias("day")
         counts = {row["day"]: int(row["n"]) for row in frame.groupBy(day).agg(F.count(F.lit(1)).alias("n")).collect()}
-        return self._checked(counts, source)
+        example = None
+        if None in counts:  # one more one-row job, only to name a value as the pandas reader does
+            column = F.col(f"`{self.column}`")
+            example = frame.filter(spark_date(self.column).isNull()).select(column).limit(1).collect()[0][0]
+        return self._checked(counts, source, example)
 
     def filter_pandas(self, frame: pd.DataFrame, source: str) -> tuple[pd.DataFrame, dict[str, int]]:
         """The pandas rows in the window, and the labels per day."""
