@@ -23,12 +23,12 @@ import pytest
 
 from crowdspark.cli import main
 from crowdspark.errors import ConfigError
-from crowdspark.io.files import LocalFiles
+from crowdspark.io.files import HadoopFiles, LocalFiles
 from crowdspark.io.lock import OutputLock, lock_path
 from tests.helpers import DATA
 
 RACERS = 8
-ROUNDS = 20
+ROUNDS = 40
 HOLD = 0.02  # seconds a holder keeps the lock, so that a second holder would overlap it
 PROTOCOLS = {"kernel": True, "exclusive create": False}
 FORK = multiprocessing.get_context("fork")
@@ -285,3 +285,27 @@ def test_eight_commands_on_one_output_leave_one_complete_result(tmp_path):
     for table in expected:
         pd.testing.assert_frame_equal(written[table], expected[table])
     assert sorted(os.listdir(tmp_path)) == ["alone", "out"]  # no lock, staging or old result left
+
+
+@pytest.mark.spark
+def test_the_exclusive_create_protocol_through_hadoops_filesystem_api(spark, tmp_path):
+    """What HDFS runs, through Hadoop's FileSystem API (on file://): a holder refuses a second run, a dead
+    process's lock is taken over without leftovers, an empty lock and a user's file are kept."""
+    files = HadoopFiles(spark)
+    destination = f"file://{tmp_path}/out"
+    path = Path(lock_path(str(tmp_path / "out")))
+    with OutputLock(files, destination) as first:
+        assert not first.kernel
+        with pytest.raises(ConfigError, match=r"another run is writing .*out' \(process \d+ on .*\. If no run is "
+                                              r"active .* delete"):
+            OutputLock(files, destination).acquire()
+    assert not path.exists()
+    path.write_text(record(dead_pid(), time.time()))
+    with OutputLock(files, destination) as taken:
+        assert json.loads(path.read_text())["token"] == taken.token
+        assert [name for name in os.listdir(tmp_path) if "lock" in name and not name.endswith(".crc")] == [path.name]
+    for content, message in (("", "another run is taking the lock"), ("my notes", "is a file that is not")):
+        path.write_text(content)
+        with pytest.raises(ConfigError, match=message):
+            OutputLock(files, destination).acquire()
+        assert path.read_text() == content

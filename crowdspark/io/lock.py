@@ -403,11 +403,11 @@ class OutputLock:
 
     def _held_by(self, record: dict[str, Any] | None) -> ConfigError:
         if self.kernel:
-            after = "the lock is released when that process ends"
+            after = " (the lock is released when that process ends)"
         else:
-            after = (f"if no run is active (it was killed on another machine), delete {self.path!r}")
+            after = f". If no run is active (it was killed on another machine), delete {self.path!r}"
         return ConfigError(f"another run is writing {self.destination!r} ({_describe(record)}); wait for it to "
-                           f"finish ({after})")
+                           f"finish{after}")
 
 
 def _read_descriptor(descriptor: int) -> bytes:
