@@ -309,3 +309,13 @@ def test_the_exclusive_create_protocol_through_hadoops_filesystem_api(spark, tmp
         with pytest.raises(ConfigError, match=message):
             OutputLock(files, destination).acquire()
         assert path.read_text() == content
+
+
+@pytest.mark.parametrize("form", ["file:{}", "file://{}", "file://localhost{}"])
+def test_a_file_uri_output_locks_the_same_file(tmp_path, form):
+    destination = form.format(tmp_path / "out")
+    with new_lock(destination, kernel=True) as taken:
+        assert json.loads(Path(lock_path(str(tmp_path / "out"))).read_text())["token"] == taken.token
+        with pytest.raises(ConfigError, match="another run is writing"):
+            new_lock(str(tmp_path / "out"), kernel=True, patience=0).acquire()
+    assert not os.path.exists(lock_path(str(tmp_path / "out")))

@@ -37,6 +37,7 @@ from typing import Any
 
 from crowdspark.errors import ConfigError, is_permission_error, one_line
 from crowdspark.io.files import Files
+from crowdspark.io.paths import strip_file_scheme
 
 try:
     import fcntl
@@ -53,6 +54,7 @@ MOVED_PREFIX = "_crowdspark-lockmoved-"
 
 _HEADER = b'{"crowdspark": "lock"'  # how every lock crowdspark writes begins
 _POLL = 0.01  # seconds between two tries of a lock another process holds
+_TRIES = 100_000  # tries of the kernel protocol before giving up (each waits _POLL or sees the lock change)
 _NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 
 
@@ -136,6 +138,7 @@ class OutputLock:
         self.files = files
         self.destination = destination.rstrip("/")
         self.path = lock_path(self.destination)
+        self._os_path = strip_file_scheme(self.path)  # the kernel protocol's (a local path)
         self.stale_after = stale_after
         self.kernel = (files.local and fcntl is not None) if kernel is None else kernel
         self.patience = patience
@@ -186,7 +189,7 @@ class OutputLock:
             descriptor, self._descriptor = self._descriptor, None
             try:
                 if self._names(descriptor):
-                    os.unlink(self.path)
+                    os.unlink(self._os_path)
             finally:
                 os.close(descriptor)  # releases the flock
             return
@@ -206,7 +209,7 @@ class OutputLock:
 
     def _acquire_kernel(self) -> None:
         deadline = time.monotonic() + self.patience
-        while True:
+        for _ in range(_TRIES):
             created = self._create(b"")
             descriptor = self._open(os.O_RDWR)
             if descriptor is None:  # deleted by a holder releasing it since: create it again
@@ -232,6 +235,8 @@ class OutputLock:
                     os.close(descriptor)
             if outcome == "busy":
                 time.sleep(_POLL)
+        raise ConfigError(f"could not take the lock {self.path!r}: other runs keep taking and releasing it; try "
+                          f"again")
 
     def _take(self, descriptor: int) -> None:
         """Write this run's record into the lock file it has locked (a user's file is left as it is)."""
@@ -261,7 +266,7 @@ class OutputLock:
     def _open(self, flags: int) -> int | None:
         """A descriptor of the lock file (a regular file, links not followed), or ``None`` if it is gone."""
         try:
-            descriptor = os.open(self.path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+            descriptor = os.open(self._os_path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -289,7 +294,7 @@ class OutputLock:
     def _names(self, descriptor: int) -> bool:
         """Whether the lock's path still names the file open as ``descriptor``."""
         try:
-            current = os.stat(self.path, follow_symlinks=False)
+            current = os.stat(self._os_path, follow_symlinks=False)
         except FileNotFoundError:
             return False
         opened = os.fstat(descriptor)
