@@ -373,17 +373,23 @@ class OutputLock:
                   self.path, moved, self.path)
 
     def _read(self, path: str) -> bytes | None:
-        """The bytes of ``path``, or ``None`` if there is no such file."""
+        """The bytes of ``path``, or ``None`` if there is no such file (it may be created again meanwhile: a
+        failed read is retried while the file exists)."""
         if self.files.is_link(path):
             raise self._foreign("a symbolic link")
-        try:
-            return self.files.read_bytes(path)
-        except Exception:
-            if self.files.is_dir(path):
-                raise self._foreign("a directory") from None
-            if self.files.exists(path):
-                raise
-            return None
+        for attempt in range(3):
+            try:
+                return self.files.read_bytes(path)
+            except FileNotFoundError:
+                return None
+            except Exception:  # noqa: BLE001 - py4j wraps Hadoop's FileNotFoundException
+                if self.files.is_dir(path):
+                    raise self._foreign("a directory") from None
+                if not self.files.exists(path):
+                    return None
+                if attempt == 2:
+                    raise
+        return None
 
     # both
 
