@@ -307,8 +307,8 @@ class NightlyConfig:
         After a run, keep only the newest this many runs of the output root (by as-of date; never the one
         ``_LATEST.json`` names); 0 keeps all.
     lock_stale_hours : float
-        The lock of a run on another host counts as left by a killed run after this many hours (a run on this
-        host is checked by its process id).
+        On Hadoop filesystems, the lock of a run on another host counts as left by a killed run after this many
+        hours (a run on this host is checked by its process id); local locks are released by the kernel.
     """
 
     on_incompatible: str = "fail"

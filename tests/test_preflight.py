@@ -16,7 +16,8 @@ import time
 import pytest
 
 from crowdspark.cli import main
-from crowdspark.io.lock import lock_path
+from crowdspark.io.files import LocalFiles
+from crowdspark.io.lock import OutputLock, lock_path
 from tests.helpers import DATA
 
 RTE = str(DATA / "rte" / "labels.csv")
@@ -42,8 +43,22 @@ def previous_mv_run(tmp_path):
     return out
 
 
-def held_lock(destination) -> None:
-    """A lock file as a live run on this host would hold it (this test process's own id)."""
+@pytest.fixture
+def held_lock():
+    """Take the lock of a destination as a live run holds it (this test process), until the test ends."""
+    held = []
+
+    def hold(destination) -> None:
+        held.append(OutputLock(LocalFiles(), str(destination)))
+        held[-1].acquire()
+
+    yield hold
+    for lock in held:
+        lock.release()
+
+
+def left_lock(destination) -> None:
+    """A lock file whose run is gone: its record names a process, but no process holds the file."""
     with open(lock_path(str(destination)), "w") as handle:
         json.dump({"crowdspark": "lock", "destination": str(destination), "pid": os.getpid(),
                    "host": socket.gethostname(), "started": time.time(), "token": "other"}, handle)
@@ -61,7 +76,7 @@ def held_lock(destination) -> None:
     ("locked output", r"another run is writing .*locked.* \(process \d+ on "),
     ("locked checkpoint folder", r"another run is writing .*shared-checkpoints.* \(process \d+ on "),
 ])
-def test_stops_before_spark_starts(tmp_path, no_spark, previous_mv_run, capsys, case, message):
+def test_stops_before_spark_starts(tmp_path, no_spark, previous_mv_run, held_lock, capsys, case, message):
     (tmp_path / "user").mkdir()
     (tmp_path / "user" / "notes.txt").write_text("mine")
     (tmp_path / "a-file").write_text("not a folder")
@@ -90,10 +105,9 @@ def test_stops_before_spark_starts(tmp_path, no_spark, previous_mv_run, capsys, 
     assert (tmp_path / "user" / "notes.txt").read_text() == "mine"
 
 
-def test_a_lock_left_by_a_process_that_is_gone_does_not_stop_the_run(tmp_path, no_spark, monkeypatch, capsys):
+def test_a_lock_left_by_a_process_that_is_gone_does_not_stop_the_run(tmp_path, no_spark, capsys):
     out = tmp_path / "o"
-    held_lock(out)
-    monkeypatch.setattr("crowdspark.io.lock.process_alive", lambda pid: False)
+    left_lock(out)
     # the run gets past every check and would start Spark: the refusing stub says so (exit 1)
     assert main(spark_run("--output", str(out))) == 1
     assert "a SparkSession was started" in capsys.readouterr().err
