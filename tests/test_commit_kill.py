@@ -49,7 +49,9 @@ def _after_switch(destination_name: str) -> dict[str, str]:
 
 
 def _kill_points(run_id: str | None, everything: bool) -> dict[str, str]:
-    """Every kill point of a run of ``--output out`` (``everything``), or the commit's and the run root's only."""
+    """The kill points of a run of ``--output out`` (or of ``out/run_id=<run_id>``): the commit's steps, the
+    final marker's temporary copy, the run root's steps and ``_LATEST.json``'s temporary copy, and with
+    ``everything`` the staged result's files written before the commit too."""
     points = dict(BEFORE_SWITCH) if everything else {"staged-complete": "staged-complete"}
     points.update(_after_switch("out" if run_id is None else f"run_id={run_id}"))
     if run_id is not None:
@@ -132,6 +134,25 @@ def test_a_destination_left_marked_as_staging_is_no_longer_refused(tmp_path):
     assert read_marker(LocalFiles(), str(out))["kind"] == STAGING
     assert "marked the committed result" in check_output(str(out), stale_after=3600)
     assert read_marker(LocalFiles(), str(out))["kind"] == RESULT
+
+
+@pytest.mark.parametrize("run_id", [None, NIGHT], ids=["output", "run-id"])
+def test_preflight_recovers_a_commit_cut_short_before_it_checks_the_output(tmp_path, run_id):
+    from crowdspark.config import load_config
+    from crowdspark.pipeline.run import preflight
+
+    out = tmp_path / "out"
+    destination = out / f"run_id={run_id}" if run_id else out
+    if run_id:
+        from crowdspark.io.sink import make_run_root
+
+        make_run_root(str(out))
+    _write_result(destination, "old")
+    _killed_writer(destination, "staging-renamed")
+    preflight(load_config(), str(LABELS), str(out), None, None, run_id, None)
+    assert read_marker(LocalFiles(), str(destination))["kind"] == RESULT
+    assert json.loads((destination / "summary.json").read_text()) == {"answer": "new"}
+    assert _leftovers(tmp_path) == []
 
 
 @pytest.mark.parametrize("files", ["local", pytest.param("hadoop", marks=pytest.mark.spark)])
