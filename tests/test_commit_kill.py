@@ -136,6 +136,25 @@ def test_a_destination_left_marked_as_staging_is_no_longer_refused(tmp_path):
     assert read_marker(LocalFiles(), str(out))["kind"] == RESULT
 
 
+def test_a_report_killed_inside_its_commit_is_recovered_as_a_report(tmp_path):
+    from crowdspark.io.marker import REPORT
+
+    out = tmp_path / "report"
+    pid = os.fork()
+    if pid == 0:
+        os.environ[KILL_AFTER] = "staging-renamed"
+        try:
+            with StagedOutput(str(out), kind=REPORT) as staged:
+                staged.write_bytes("report.md", b"# report\n")
+                staged.write_json("results.json", {})
+                staged.commit()
+        finally:
+            os._exit(0)
+    assert os.WTERMSIG(os.waitpid(pid, 0)[1]) == signal.SIGKILL
+    check_output(str(out), kind=REPORT, stale_after=3600)
+    assert owned_kind(LocalFiles(), str(out)) == REPORT and _leftovers(tmp_path) == []
+
+
 @pytest.mark.parametrize("run_id", [None, NIGHT], ids=["output", "run-id"])
 def test_preflight_recovers_a_commit_cut_short_before_it_checks_the_output(tmp_path, run_id):
     from crowdspark.config import load_config
