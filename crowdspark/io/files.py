@@ -2,23 +2,64 @@
 
 :class:`LocalFiles` uses the Python file API; :class:`HadoopFiles` uses Hadoop's ``FileSystem`` through a
 SparkSession (HDFS, S3A, GCS ...); :func:`files_for` picks one for a path.
+
+``write_bytes`` writes every file (markers, ``summary.json``, ``_LATEST.json``, ``chain.json``, saved-model
+files) to a temporary name beside it and renames it over the final name, so a reader or a killed writer
+finds the old file or the new one, never a truncated one.  The temporary name, :func:`temp_path`, starts
+with ``_`` (readers skip it) and names the writer's host and process, so that recovery
+(:func:`crowdspark.io.sink.recover`) can delete what a killed writer left without touching a live one's.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from typing import Any
+import socket
+import uuid
+from typing import Any, NamedTuple
 
 from crowdspark.errors import ConfigError
+from crowdspark.io.killpoint import kill_point
 from crowdspark.io.paths import is_local, strip_file_scheme
 
 __all__ = [
+    "TEMP_PREFIX",
+    "TempName",
+    "temp_path",
+    "parse_temp_name",
     "LocalFiles",
     "HadoopFiles",
     "Files",
     "files_for",
 ]
+
+
+TEMP_PREFIX = "_crowdspark-tmp-"
+
+
+class TempName(NamedTuple):
+    """What the name of a temporary file (:func:`temp_path`) says: the file it becomes and who wrote it."""
+
+    name: str
+    host: str
+    pid: int
+
+
+def temp_path(path: str) -> str:
+    """A new temporary path beside ``path``: ``<folder>/_crowdspark-tmp-<name>@<host>@<pid>@<random>``."""
+    folder, _, name = path.rpartition("/")
+    token = f"{name}@{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
+    return f"{folder}/{TEMP_PREFIX}{token}" if folder or path.startswith("/") else f"{TEMP_PREFIX}{token}"
+
+
+def parse_temp_name(name: str) -> TempName | None:
+    """The file, host and process a temporary file's ``name`` records, or ``None`` if it is not one."""
+    if not name.startswith(TEMP_PREFIX):
+        return None
+    parts = name[len(TEMP_PREFIX):].rsplit("@", 3)
+    if len(parts) != 4 or not parts[2].isdigit():
+        return None
+    return TempName(parts[0], parts[1], int(parts[2]))
 
 
 def _is_checksum(name: str) -> bool:
@@ -60,11 +101,25 @@ class LocalFiles:
             return handle.read()
 
     def write_bytes(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path`` (replacing it), creating the parent folders."""
+        """Write ``data`` to ``path``, creating the parent folders: to a temporary name (:func:`temp_path`),
+        synced, then renamed over ``path`` (atomic on a POSIX filesystem: readers and a run killed at any
+        point find the old file or the new one, and at worst a temporary file)."""
         target = strip_file_scheme(path)
-        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-        with open(target, "wb") as handle:
-            handle.write(data)
+        folder = os.path.dirname(target) or "."
+        os.makedirs(folder, exist_ok=True)
+        tmp = temp_path(target)
+        try:
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            kill_point(f"temp-written:{target}")
+            os.replace(tmp, target)
+        except BaseException:
+            if os.path.lexists(tmp):
+                os.remove(tmp)
+            raise
+        _sync_folder(folder)
 
     def mkdirs(self, path: str) -> None:
         os.makedirs(strip_file_scheme(path), exist_ok=True)
@@ -111,7 +166,9 @@ class HadoopFiles:
     def __init__(self, spark: Any) -> None:
         sc = spark.sparkContext
         self._jvm = sc._jvm
+        self._gateway = sc._gateway
         self._conf = sc._jsc.hadoopConfiguration()
+        self._rename_options = getattr(self._jvm.org.apache.hadoop.fs, "Options$Rename")
 
     def _fs(self, path: str):
         jpath = self._jvm.org.apache.hadoop.fs.Path(path)
@@ -161,12 +218,21 @@ class HadoopFiles:
             stream.close()
 
     def write_bytes(self, path: str, data: bytes) -> None:
-        fs, jpath = self._fs(path)
-        stream = fs.create(jpath, True)
+        """Write ``data`` to ``path``: to a temporary name (:func:`temp_path`), then renamed over ``path``
+        (:meth:`replace`: atomic on HDFS; on object stores the rename is a copy, see ``docs/security.md``)."""
+        tmp = temp_path(path)
+        fs, jtmp = self._fs(tmp)
+        stream = fs.create(jtmp, True)
         try:
             stream.write(bytearray(data))
         finally:
             stream.close()
+        kill_point(f"temp-written:{path}")
+        try:
+            self.replace(tmp, path)
+        except BaseException:
+            fs.delete(jtmp, False)
+            raise
 
     def mkdirs(self, path: str) -> None:
         fs, jpath = self._fs(path)
@@ -195,7 +261,20 @@ class HadoopFiles:
             raise OSError(f"could not rename {source} to {target}")
 
     def replace(self, source: str, target: str) -> None:
+        """Rename the file ``source`` over the file ``target``: one ``FileContext.rename`` with ``OVERWRITE``
+        where the filesystem has a ``FileContext`` binding (atomic on HDFS), else delete ``target`` and rename
+        (a kill in between leaves no ``target`` and ``source`` complete)."""
         fs, jtarget = self._fs(target)
+        jtarget, jsource = fs.makeQualified(jtarget), fs.makeQualified(self._fs(source)[1])
+        try:
+            context = self._jvm.org.apache.hadoop.fs.FileContext.getFileContext(jtarget.toUri(), self._conf)
+        except Exception:  # noqa: BLE001 - py4j wraps UnsupportedFileSystemException: no FileContext binding
+            context = None
+        if context is not None:
+            overwrite = self._gateway.new_array(self._rename_options, 1)
+            overwrite[0] = self._rename_options.OVERWRITE
+            context.rename(jsource, jtarget, overwrite)
+            return
         if fs.exists(jtarget):
             fs.delete(jtarget, False)
         self.rename(source, target)
@@ -204,6 +283,20 @@ class HadoopFiles:
         fs, jpath = self._fs(path)
         if not fs.delete(jpath, recursive) and fs.exists(jpath):
             raise OSError(f"could not delete {path}")
+
+
+def _sync_folder(folder: str) -> None:
+    """Make a rename in ``folder`` durable (``fsync`` of the folder; skipped where folders cannot be opened)."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
 
 
 Files = LocalFiles | HadoopFiles

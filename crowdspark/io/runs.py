@@ -16,7 +16,6 @@ import logging
 import os
 import re
 import unicodedata
-import uuid
 from typing import Any
 
 from crowdspark.errors import ConfigError, InputError
@@ -28,6 +27,7 @@ from crowdspark.io.paths import is_local, strip_file_scheme
 __all__ = [
     "LATEST",
     "NAME_MAX",
+    "RUN_ROOT_STEPS",
     "check_run_id",
     "run_directory",
     "resolves_beside",
@@ -42,6 +42,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 LATEST = "_LATEST.json"
+
+#: the steps of a run root after a run's commit (:func:`crowdspark.pipeline.run.aggregate`), in order:
+#: ``_LATEST.json`` written (:func:`write_latest`), then the runs beyond ``nightly.keep_runs`` pruned
+#: (:func:`prune_runs`); each ends at a :func:`crowdspark.io.killpoint.kill_point` of its name (a test hook)
+RUN_ROOT_STEPS = ("latest-written", "runs-pruned")
 _RUN = re.compile(r"run_id=(?P<id>[^/]+)")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
@@ -203,9 +208,7 @@ def write_latest(root: str, run_id: str, as_of: _dt.date, spark: Any = None) -> 
         "completed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
     }, indent=2).encode("utf-8")
     final = f"{root.rstrip('/')}/{LATEST}"
-    tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
-    files.write_bytes(tmp, payload)
-    files.replace(tmp, final)
+    files.write_bytes(final, payload)  # to a temporary name, renamed over the pointer
     log.info("%s now points at run %s (as of %s)", final, run_id, as_of)
     return True
 

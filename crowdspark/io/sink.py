@@ -4,8 +4,11 @@ complete, and the next run of the same output finishes or rolls back what a kill
 Everything is first written into a staging directory beside the destination
 (``<parent>/_crowdspark-staging-<name>-<id>``, marked as ``staging`` from its creation; readers skip ``_``
 names); ``summary.json`` is written last, then the commit (:meth:`StagedOutput.commit`) is a journaled switch
-that :func:`recover` completes or rolls back after a kill.  Local paths use ``os.rename``; other filesystems
-(HDFS, S3A ...) use Hadoop's ``FileSystem.rename`` through the SparkContext.
+in the steps of :data:`COMMIT_STEPS` that :func:`recover` completes or rolls back after a kill at any of them.
+:func:`check_output` runs that recovery, under the destination's lock, before it checks anything about the
+destination, so what a kill leaves is never refused.  Local paths use ``os.rename``; other filesystems (HDFS,
+S3A ...) use Hadoop's ``FileSystem.rename`` through the SparkContext (docs/security.md, "The commit and its
+recovery", says what is atomic where).
 
 What may be replaced follows the deletion rule of :mod:`crowdspark.io.marker`: :func:`check_output` refuses,
 before a run reads anything, an ``--output`` that is a file, a directory that is neither empty nor a
@@ -27,7 +30,9 @@ import uuid
 from typing import Any
 
 from crowdspark.errors import ConfigError
-from crowdspark.io.files import Files, HadoopFiles, files_for
+from crowdspark.io.files import Files, HadoopFiles, files_for, parse_temp_name
+from crowdspark.io.killpoint import kill_point
+from crowdspark.io.lock import OutputLock, process_alive
 from crowdspark.io.marker import (
     ITEMS,
     RESULT,
@@ -51,8 +56,10 @@ from crowdspark.io.tables import to_jsonable
 __all__ = [
     "STAGING_PREFIX",
     "OLD_PREFIX",
+    "COMMIT_STEPS",
     "StagedOutput",
     "recover",
+    "recover_pending",
     "check_replaceable",
     "check_run_root",
     "make_run_root",
@@ -66,6 +73,13 @@ log = logging.getLogger(__name__)
 
 STAGING_PREFIX = "_crowdspark-staging-"
 OLD_PREFIX = "_crowdspark-old-"
+
+
+#: the steps of :meth:`StagedOutput.commit`, in order: the staging marker records that the staged result is
+#: complete; the existing destination is moved aside (or there was none); the staging directory is renamed to
+#: the destination; the destination's final marker is written; the moved-aside result is deleted.  Each ends
+#: at a :func:`crowdspark.io.killpoint.kill_point` of its name (a test hook).
+COMMIT_STEPS = ("staged-complete", "old-moved-aside", "staging-renamed", "final-marker", "old-deleted")
 
 
 def _sibling(destination: str, prefix: str) -> str:
@@ -143,7 +157,8 @@ class StagedOutput:
         self._files.write_bytes(self.path(name), data)
 
     def commit(self) -> None:
-        """Make the staged result the destination (see the class docstring for the steps).
+        """Make the staged result the destination, in the steps of :data:`COMMIT_STEPS` (see the class
+        docstring; :func:`recover` completes or rolls back a commit killed after any of them).
 
         Raises
         ------
@@ -154,6 +169,7 @@ class StagedOutput:
         files, dest = self._files, self.destination
         check_replaceable(files, dest, self.kind)
         self._mark(complete=True)
+        kill_point("staged-complete")
         old = None
         if files.exists(dest):
             if is_empty_dir(files, dest):
@@ -161,10 +177,14 @@ class StagedOutput:
             else:
                 old = _sibling(dest, OLD_PREFIX)
                 files.rename(dest, old)
+        kill_point("old-moved-aside")
         files.rename(self.staging, dest)
+        kill_point("staging-renamed")
         write_marker(files, dest, self.kind, **written_files(files, dest))
+        kill_point("final-marker")
         if old is not None:
             _delete_leftover(files, old, self.kind)
+        kill_point("old-deleted")
         log.info("results written to %s", self.destination)
 
     def abort(self) -> None:
@@ -200,16 +220,63 @@ def _complete_staging(files: Files, destination: str) -> str | None:
     return max(complete)[1] if complete else None
 
 
+def _parent(destination: str) -> str:
+    return destination.rpartition("/")[0] or "."
+
+
+def _temps(files: Files, folder: str, only_gone: bool = False) -> list[str]:
+    """The temporary files (:func:`crowdspark.io.files.temp_path`) in ``folder``; with ``only_gone``, only
+    those whose writer is a process gone from this host (a writer on another host cannot be checked)."""
+    if not files.is_dir(folder):
+        return []
+    found = []
+    for name in files.list(folder):
+        temp = parse_temp_name(name)
+        if temp is None:
+            continue
+        if only_gone and (temp.host != socket.gethostname() or process_alive(temp.pid)):
+            continue
+        found.append(f"{folder}/{name}")
+    return found
+
+
+def _is_bare_staging(files: Files, path: str) -> bool:
+    """Whether the staging directory ``path`` holds nothing but temporary files (a run killed between creating
+    it and putting its marker in place)."""
+    return read_marker(files, path) is None and all(parse_temp_name(n) for n in files.list(path))
+
+
+def _pending(files: Files, destination: str) -> bool:
+    """Whether a run killed while writing ``destination`` left anything for :func:`recover`."""
+    marker = read_marker(files, destination) if files.is_dir(destination) else None
+    return bool(
+        (marker is not None and marker.get("kind") == STAGING)
+        or _temps(files, destination)
+        or _siblings(files, destination, STAGING_PREFIX)
+        or _siblings(files, destination, OLD_PREFIX)
+        or _temps(files, _parent(destination), only_gone=True)
+    )
+
+
 def recover(destination: str, spark: Any = None, kind: str = RESULT) -> str | None:
     """Complete or roll back the commit of a run of ``destination`` that was killed, and remove its leftovers.
 
     Call it while holding the destination's lock (:class:`crowdspark.io.lock.OutputLock`): every staging or
-    moved-aside directory of ``destination`` then belongs to a run that is gone.
+    moved-aside directory and every temporary file of ``destination`` then belongs to a run that is gone.  What
+    a kill after each step of :data:`COMMIT_STEPS` leaves, and what is done:
 
-    * the destination still carries the staging marker: the rename happened, the final marker did not: mark it;
-    * no destination, a complete staging directory: the switch was interrupted: finish it;
-    * no destination, no complete staging, a moved-aside old result: roll back to it;
-    * then delete the other staging directories and moved-aside results of ``destination`` (marker checked).
+    * temporary files in the destination (a kill while its final marker was written): deleted;
+    * the destination still carries the staging marker (``staging-renamed``): the final marker is written;
+    * no destination, a complete staging directory (``old-moved-aside``): the switch is finished;
+    * no destination, no complete staging, a moved-aside old result: rolled back to it;
+    * then the other staging directories (``staged-complete`` and earlier: the destination is the previous
+      result, kept) and moved-aside results (``final-marker``) of ``destination`` are deleted, marker checked
+      (a staging directory without a marker only when it holds nothing but temporary files);
+    * temporary files beside the destination whose writer is a process gone from this host (a run root's
+      ``_LATEST.json`` or marker) are deleted.
+
+    Every step above is one of the commit's own states, so a kill during the recovery is recovered by the
+    next run the same way.
 
     Returns
     -------
@@ -219,13 +286,19 @@ def recover(destination: str, spark: Any = None, kind: str = RESULT) -> str | No
     destination = destination.rstrip("/")
     files = files_for(destination, spark)
     done = []
+    for path in _temps(files, destination):
+        files.delete(path, recursive=False)
+        done.append(f"removed {path}")
     marker = read_marker(files, destination) if files.is_dir(destination) else None
     if marker is not None and marker.get("kind") == STAGING and marker.get("complete"):
         write_marker(files, destination, marker.get("final_kind", kind), **written_files(files, destination))
         done.append("marked the committed result")
+    olds = _siblings(files, destination, OLD_PREFIX)
+    for old in olds:
+        for path in _temps(files, old):
+            files.delete(path, recursive=False)
     if not files.exists(destination):
         staged = _complete_staging(files, destination)
-        olds = _siblings(files, destination, OLD_PREFIX)
         if staged is not None:
             files.rename(staged, destination)
             write_marker(files, destination, kind, **written_files(files, destination))
@@ -234,14 +307,40 @@ def recover(destination: str, spark: Any = None, kind: str = RESULT) -> str | No
             newest = max(olds, key=lambda path: (read_marker(files, path) or {}).get("created_at", ""))
             files.rename(newest, destination)
             done.append(f"restored the previous result moved aside by an interrupted commit ({newest})")
-    for path in _siblings(files, destination, STAGING_PREFIX) + _siblings(files, destination, OLD_PREFIX):
+    for path in _siblings(files, destination, STAGING_PREFIX):
+        if _is_bare_staging(files, path):
+            files.delete(path, recursive=True)
+        else:
+            _delete_leftover(files, path, kind)
+        done.append(f"removed {path}")
+    for path in _siblings(files, destination, OLD_PREFIX):
         _delete_leftover(files, path, kind)
+        done.append(f"removed {path}")
+    for path in _temps(files, _parent(destination), only_gone=True):
+        files.delete(path, recursive=False)
         done.append(f"removed {path}")
     if not done:
         return None
     report = f"recovered {destination}: " + "; ".join(done)
     log.warning("%s", report)
     return report
+
+
+def recover_pending(destination: str, spark: Any = None, stale_after: float = 12 * 3600,
+                    kind: str = RESULT) -> str | None:
+    """:func:`recover` ``destination`` under its lock, if a killed run left anything there; what was done.
+
+    Raises
+    ------
+    ConfigError
+        When a live run holds the lock (what is there is that run's, in progress).
+    """
+    destination = destination.rstrip("/")
+    files = files_for(destination, spark)
+    if not _pending(files, destination):
+        return None
+    with OutputLock(files, destination, stale_after):
+        return recover(destination, spark, kind)
 
 
 def check_replaceable(files: Files, destination: str, kind: str = RESULT, flag: str = "--output") -> None:
@@ -360,8 +459,12 @@ def check_output(
     inputs: dict[str, str | None] | None = None,
     spark: Any = None,
     kind: str = RESULT,
-) -> None:
+    stale_after: float | None = None,
+) -> str | None:
     """Refuse, before anything is read, an ``--output`` that a run must not write or replace.
+
+    With ``stale_after``, what a killed run left in the destination (a commit cut short, temporary files) is
+    recovered first, under the destination's lock (:func:`recover_pending`), so that it is never refused.
 
     Parameters
     ----------
@@ -376,6 +479,13 @@ def check_output(
         Needed for non-local paths.
     kind : str
         ``"result"`` or ``"report"``.
+    stale_after : float, optional
+        Recover first, taking over a lock left on another host after this many seconds.
+
+    Returns
+    -------
+    str or None
+        What the recovery did, ``None`` when nothing (or with no ``stale_after``).
 
     Raises
     ------
@@ -387,11 +497,12 @@ def check_output(
     if len(path_components(output_dir, files)) == 1:
         raise ConfigError(f"--output {output_dir!r} is the root of a file system; give a folder inside it")
     _check_no_overlap(output_dir, inputs or {}, files, spark)
-    if run_id is None:
-        check_replaceable(files, output_dir.rstrip("/"), kind)
-    else:
+    destination = output_dir.rstrip("/") if run_id is None else run_directory(output_dir, run_id)
+    recovered = recover_pending(destination, spark, stale_after, kind) if stale_after is not None else None
+    if run_id is not None:
         check_run_root(files, output_dir.rstrip("/"))
-        check_replaceable(files, run_directory(output_dir, run_id), kind)
+    check_replaceable(files, destination, kind)
+    return recovered
 
 
 def _check_no_overlap(output_dir: str, inputs: dict[str, str | None], files: Files, spark: Any) -> None:

@@ -16,6 +16,7 @@ from crowdspark.config import RunConfig
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.chain import check_outside_chain
 from crowdspark.io.files import files_for
+from crowdspark.io.killpoint import kill_point
 from crowdspark.io.lock import OutputLock
 from crowdspark.io.paths import check_local_folder_writable, is_local, strip_file_scheme
 from crowdspark.io.rules import Encoding
@@ -160,17 +161,21 @@ class _Plan:
     previous_path: str | None
     night: NightPlan | None = None
     table: WorkerTable | None = None
+    recovered: str | None = None
 
 
 def _plan(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
           warm_start: str | None, run_id: str | None, as_of: _dt.date | None, full_refit: bool = False,
           initial_workers: str | None = None) -> _Plan:
     """Every check that needs no label: the output, the checkpoint folder, the warm start or worker table, the
-    kind of night."""
+    kind of night.  What a killed run left in the output is recovered first, under the output's lock
+    (:func:`crowdspark.io.sink.check_output`), so no check refuses a commit cut short."""
     check_incremental_config(config)
+    recovered = None
     if output_dir is not None:
         inputs = {"labels": labels_path, "gold": gold_path, "engine.checkpoint_dir": config.engine.checkpoint_dir}
-        check_output(output_dir, run_id=run_id, inputs=inputs, spark=spark)
+        recovered = check_output(output_dir, run_id=run_id, inputs=inputs, spark=spark,
+                                 stale_after=config.nightly.lock_stale_hours * 3600)
     check_checkpoint_dir(config.engine.checkpoint_dir)
     check_fit_gold(config, gold_path is not None)
     check_table_start(config, warm_start, initial_workers)
@@ -200,14 +205,15 @@ def _plan(config: RunConfig, labels_path: str, output_dir: str | None, gold_path
         raise ConfigError(f"--initial-workers starts a fit's workers, and this night continues the previous run "
                           f"{night.previous!r} incrementally; give it with --full-refit, or drop it")
     table = read_worker_table(initial_workers, spark) if initial_workers else None
-    return _Plan(destination, as_of, warm_path, cold_reason, saved, previous, night, table)
+    return _Plan(destination, as_of, warm_path, cold_reason, saved, previous, night, table, recovered)
 
 
 def preflight(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None,
               warm_start: str | None, run_id: str | None, as_of: _dt.date | None, full_refit: bool = False,
               initial_workers: str | None = None) -> None:
     """The checks of :func:`aggregate` that need no label, run before a SparkSession starts when every path
-    they look at is local (the command line calls it; :func:`aggregate` checks again)."""
+    they look at is local (the command line calls it; :func:`aggregate` checks again).  Like :func:`aggregate`,
+    it first recovers what a killed run left in the output, under the output's lock."""
     paths = [output_dir, warm_start, initial_workers, config.engine.checkpoint_dir]
     if all(is_local(path) for path in paths if path):
         plan = _plan(config, labels_path, output_dir, gold_path, None, warm_start, run_id, as_of, full_refit,
@@ -277,6 +283,7 @@ def aggregate(
         for lock in _locks(plan.destination, config, spark):
             held.enter_context(lock)
         recovered = recover(plan.destination, spark) if plan.destination else None
+        recovered = "; ".join(r for r in (plan.recovered, recovered) if r) or None
         if output_dir is not None and run_id is not None:
             make_run_root(output_dir, spark)
         result = _run(config, labels_path, output_dir, gold_path, spark, run_id, plan, options, recovered)
@@ -365,5 +372,7 @@ def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path:
         fitted.close()
     if plan.destination is not None and run_id is not None:
         write_latest(output_dir, run_id, plan.as_of, spark)
+        kill_point("latest-written")
         prune_runs(output_dir, config.nightly.keep_runs, spark)
+        kill_point("runs-pruned")
     return result

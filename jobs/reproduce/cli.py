@@ -92,7 +92,8 @@ def checkout_commit() -> str | None:
 
 def run_and_write(config: ReproduceConfig, output: str | Path, spark: Any = None, command: str = "") -> Results:
     """Run the experiments and write the report directory."""
-    check_output(str(output), kind=REPORT)  # before hours of fitting
+    # before hours of fitting; a report a killed run left mid-commit is recovered first
+    check_output(str(output), kind=REPORT, stale_after=12 * 3600)
     commit = checkout_commit()  # before the run: the code that is measured
     results = run_experiments(config, spark)
     results.meta = {"crowdspark": __version__, "commit": commit, "command": command}
