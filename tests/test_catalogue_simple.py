@@ -190,6 +190,22 @@ def test_mmsr_pair_counts_hand_checked():
     np.testing.assert_array_equal(agree, [[0, 2, 0], [2, 0, 0], [0, 0, 0]])
 
 
+def test_mmsr_pair_counts_count_a_repeated_label_once_and_leave_the_block_unchanged():
+    """A worker who gave an item the same label twice: counted once in ``common`` and ``agree``, and the
+    block's memoized incidence matrix (which shares the block's read-only arrays) is not summed in place."""
+    items = np.array(["a", "a", "a", "b", "b", "c", "c"], dtype=object)
+    workers = np.array([0, 0, 1, 0, 1, 1, 2])
+    labels = np.array([0, 0, 0, 1, 0, 1, 1])
+    block = build_blocks(items, workers, labels)[0]
+    offsets, worker = block.offsets.copy(), block.worker.copy()
+    common, agree = pair_counts(block, 3, 2)
+    np.testing.assert_array_equal(common, [[0, 2, 0], [2, 0, 1], [0, 1, 0]])
+    np.testing.assert_array_equal(agree, [[0, 1, 0], [1, 0, 1], [0, 1, 0]])
+    np.testing.assert_array_equal(block.offsets, offsets)
+    np.testing.assert_array_equal(block.worker, worker)
+    assert pair_counts(block, 3, 2)[0].sum() == common.sum()
+
+
 def _trimmed_mean_by_rule(values: np.ndarray, centre: float, trim: int, empty: float) -> float:
     """M-MSR's rule written out on one sorted list."""
     y = np.sort(values)

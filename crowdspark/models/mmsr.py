@@ -59,7 +59,8 @@ def pair_counts(block: Block, n_workers: int, n_classes: int) -> tuple[np.ndarra
     agree : ndarray of float64, shape (K, K)
         ``agree[k, l]`` of those items that k and l gave the same label (0 on the diagonal).
     """
-    by_label = incidence(block, n_workers, n_classes).sign()  # (K * C, n)
+    # a copy: sign() sums repeated entries in place, and the memoized matrix shares the block's read-only arrays
+    by_label = incidence(block, n_workers, n_classes).copy().sign()  # (K * C, n)
     joint = (by_label @ by_label.T).tocoo()  # (K * C, K * C)
     same = (joint.row % n_classes) == (joint.col % n_classes)
     agree = np.zeros((n_workers, n_workers))
