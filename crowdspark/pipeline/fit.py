@@ -29,6 +29,7 @@ from crowdspark.metrics import metrics_from_stats
 from crowdspark.models.base import Model, no_worker_start
 from crowdspark.models.registry import build_model, model_class, model_parameters
 from crowdspark.pipeline.prepare import Prepared
+from crowdspark.pipeline.progress import progress
 from crowdspark.pipeline.quality import quality_on, quality_summary, relabel_fold, worker_confusions, worker_quality
 from crowdspark.pipeline.summary import gold_split_report, run_summary
 from crowdspark.pipeline.tasks import block_item_batch, evaluate_block, finish_with_quality
@@ -375,19 +376,23 @@ def fit_prepared(config: RunConfig, prepared: Prepared, options: RunOptions | No
         warm, warm_report = _warm_start(options, config, enc)
         # the evaluation runs in the fit's sweep session when it has one, where the blocks are
         with prepared.engine.sweeps_held():
-            try:
-                model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, prepared.engine,
-                                                          warm, checkpoint, options.carried)
-            except IncompatibleModelError as exc:
-                if config.nightly.on_incompatible == "fail" or options.carried is not None:
-                    raise  # an incremental fit without its warm start would lose the carried items
-                warm_report = _cold(warm_report, exc)
-                model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes, prepared.engine,
-                                                          None, checkpoint)
+            with progress("fit", f"{config.algorithm}: fitting on the {prepared.engine.name} engine"):
+                try:
+                    model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes,
+                                                              prepared.engine, warm, checkpoint, options.carried)
+                except IncompatibleModelError as exc:
+                    if config.nightly.on_incompatible == "fail" or options.carried is not None:
+                        raise  # an incremental fit without its warm start would lose the carried items
+                    warm_report = _cold(warm_report, exc)
+                    model, result, selection = fit_configured(config, enc.n_workers, enc.n_classes,
+                                                              prepared.engine, None, checkpoint)
             prepared.timer.lap("fit")
             bins = config.quality.calibration_bins if quality_on(config) else 0
             needed = prepared.has_gold or bins
-            stats = evaluate_stats(model, prepared.engine, result.params, bins) if needed else None
+            stats = None
+            if needed:
+                with progress("evaluate", "evaluating: quality signals and gold metrics"):
+                    stats = evaluate_stats(model, prepared.engine, result.params, bins)
         metrics = metrics_from_stats(stats) if prepared.has_gold else None
         prepared.timer.lap("evaluate")
     except BaseException:

@@ -54,6 +54,7 @@ from crowdspark.pipeline.source import (
     read_pandas,
     spark_files,
 )
+from crowdspark.pipeline.progress import progress
 from crowdspark.pipeline.summary import Timer
 from crowdspark.pipeline.window import Window
 from crowdspark.pipeline.write import write_result
@@ -330,7 +331,8 @@ def _fit_window(config: RunConfig, labels_path: str, output_dir: str | None, gol
     window = Window.of(config, plan.as_of)
     options = replace(options or RunOptions(), warm_start=plan.saved, initial_workers=plan.table,
                       inputs={**_signature(source, labels_path, gold_path, window, spark), "run_id": run_id})
-    prepared = _prepare(source, config, labels_path, gold_path, timer, spark, options, window)
+    with progress("prepare", f"reading the labels at {labels_path} ({source.engine} engine)"):
+        prepared = _prepare(source, config, labels_path, gold_path, timer, spark, options, window)
     manifest = run_manifest(prepared.inputs, options.inputs, run_id, plan.as_of, window, plan.warm_path,
                             plan.previous_path, spark)
     check_new_data(manifest, config.nightly.on_no_new_data, prepared)
@@ -353,8 +355,9 @@ def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path:
         paths = {"labels": {"path": labels_path}, "gold": {"path": gold_path}}
         night_options = replace(options or RunOptions(), warm_start=plan.saved, initial_workers=plan.table,
                                 inputs={**paths, "run_id": run_id})
-        fitted = run_night(config, labels_path, gold_path, spark, run_id, plan.as_of, plan.night,
-                           warm_path=plan.warm_path, options=night_options, timer=timer)
+        with progress("night", f"incremental night {run_id or plan.as_of}: reading its days and fitting them"):
+            fitted = run_night(config, labels_path, gold_path, spark, run_id, plan.as_of, plan.night,
+                               warm_path=plan.warm_path, options=night_options, timer=timer)
         extra = fitted.write_state
     if plan.warm_cold_reason is not None:
         fitted.summary["warm_start"] = {"source": None, "used": False, "reason": plan.warm_cold_reason}

@@ -15,6 +15,7 @@ from crowdspark.io.saved_model import MODEL_FOLDER, model_files
 from crowdspark.io.sink import StagedOutput
 from crowdspark.io.tables import write_table
 from crowdspark.pipeline.fit import Fitted
+from crowdspark.pipeline.progress import progress
 from crowdspark.pipeline.quality import RELABEL_SCHEMA, relabel_queue
 
 __all__ = ["write_result"]
@@ -48,7 +49,7 @@ def write_result(fitted: Fitted, items: Any, workers: pd.DataFrame, destination:
     """
     start = time.perf_counter()
     fmt = config.output.format
-    with StagedOutput(destination, spark) as out:
+    with progress("write", f"writing the results to {destination}"), StagedOutput(destination, spark) as out:
         written = fitted.write_items(out.path("items"), config.relabel.budget) if fmt == "parquet" else None
         if written is None:
             write_table(items, out.path("items"), fmt, spark, fitted.item_extras)
