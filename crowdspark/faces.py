@@ -92,7 +92,8 @@ _FACE_KEYS = {
              "gold.truth": "truth", "seed": "seed"},
     ML: {"input.item": "itemCol", "input.worker": "workerCol", "input.label": "labelCol", "input.classes": "classes",
          "spark.partitions": "partitions", "engine.max_block_labels": "maxBlockLabels",
-         "spark.checkpoint_interval": "checkpointInterval", "seed": "seed"},
+         "spark.checkpoint_interval": "checkpointInterval", "engine.small_input_bytes": "smallInputBytes",
+         "seed": "seed"},
 }
 _SECTIONS = ("input", "gold", "output", "engine")
 

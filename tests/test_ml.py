@@ -14,7 +14,7 @@ import crowdspark.ml as ml
 from crowdspark.models.registry import algorithm_names
 from crowdspark.api import Aggregator
 from crowdspark.quality import ITEM_COLUMNS
-from crowdspark.config import DEFAULT_ALGORITHM, load_config
+from crowdspark.config import DEFAULT_ALGORITHM, EngineConfig, load_config, with_engine
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.rules import Encoding
 from crowdspark.ml import (
@@ -29,7 +29,7 @@ from crowdspark.ml import (
 )
 from crowdspark.models.base import ItemResult
 from crowdspark.models.majority_vote import MajorityVote
-from crowdspark.pipeline import aggregate
+from crowdspark.pipeline import aggregate, small_frame
 from tests.helpers import DATA
 
 LABELS = str(DATA / "rte" / "labels.csv")
@@ -47,7 +47,8 @@ def test_params_have_docs_and_the_command_line_defaults():
     expected = {
         "itemCol": "item", "workerCol": "worker", "labelCol": "label", "algorithm": DEFAULT_ALGORITHM, "seed": 0,
         "algorithmParams": "{}", "classes": [], "partitions": 0, "maxBlockLabels": 2_000_000,
-        "checkpointInterval": 10, "handleUnknownWorkers": "error",
+        "checkpointInterval": 10, "smallInputBytes": EngineConfig().small_input_bytes,
+        "handleUnknownWorkers": "error",
     }
     assert {p.name: agg.getOrDefault(p) for p in agg.params} == expected
     assert all(len(p.doc) > 20 for p in agg.params)
@@ -79,7 +80,7 @@ def test_algorithm_params_and_seed_take_their_declared_types():
         DawidSkeneAggregator(algorithmParams={"max_iter": 5.5})
 
 
-@pytest.mark.parametrize("param", ["seed", "partitions", "maxBlockLabels", "checkpointInterval"])
+@pytest.mark.parametrize("param", ["seed", "partitions", "maxBlockLabels", "checkpointInterval", "smallInputBytes"])
 def test_int_params_take_integral_floats_and_refuse_the_rest_with_a_config_error(param):
     agg = CrowdAggregator(**{param: 3.0})
     assert repr(agg.getOrDefault(param)) == "3"
@@ -206,6 +207,84 @@ def test_aggregate_df_with_gold_matches_the_command_line(spark, labels):
     assert summary["metrics"]["nll"] == pytest.approx(local.summary["metrics"]["nll"], abs=1e-9)
 
 
+# --------------------------------------------------------------------------- the small-input path
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["ds", DEFAULT_ALGORITHM])
+def test_a_small_frame_fits_on_the_driver_with_the_distributed_fits_answers(spark, labels, tmp_path, algorithm):
+    """A DataFrame below the small-input rule fits with the local engine on the driver (the summary says so),
+    smallInputBytes=0 fits it on Spark, and both give the same labels, posteriors (1e-9) and workers; the
+    small path's model saves, loads and transforms like the distributed one."""
+    from chispa import assert_df_equality
+
+    small = CrowdAggregator(algorithm=algorithm, seed=SEED).fit(labels)
+    spread = CrowdAggregator(algorithm=algorithm, seed=SEED, smallInputBytes=0).fit(labels)
+    try:
+        assert small.summary["engine"] == "local" and spread.summary["engine"] == "spark"
+        assert "small_input" not in spread.summary
+        rule = small.summary["small_input"]
+        threshold = EngineConfig().small_input_bytes
+        assert rule["rows"] == labels.count() and rule["threshold"] == threshold and rule["reader"] == "spark"
+        assert rule["max_rows"] == threshold // small_frame.FRAME_LABEL_BYTES >= rule["rows"]
+        assert 0 < rule["predicted_peak_bytes"] <= rule["budget_bytes"]
+        assert rule["predicted_peak_bytes"] == small.summary["memory"]["predicted_peak_bytes"]
+        assert_same_items(small.items.toPandas(), spread.items.toPandas())
+        assert small.items.schema == spread.items.schema
+        for key in ("counts", "iterations", "parameters", "classes"):
+            assert small.summary[key] == spread.summary[key]
+        assert small.encoding == spread.encoding and small.kernel == spread.kernel
+        for name, value in spread.globalParams.items():
+            np.testing.assert_allclose(small.globalParams[name], value, rtol=0, atol=1e-9)
+        got, want = (by_item(m.workers.toPandas().rename(columns={"worker": "item"})) for m in (small, spread))
+        assert got["n_labels"].tolist() == want["n_labels"].tolist()
+        np.testing.assert_allclose(np.stack(got["accuracy"]), np.stack(want["accuracy"]), rtol=0, atol=1e-9)
+        path = str(tmp_path / "small")
+        small.write().save(path)
+        loaded = CrowdAggregatorModel.load(path)
+        assert loaded.summary["small_input"] == rule
+        assert_df_equality(loaded.items, small.items, ignore_row_order=True, ignore_nullable=True,
+                           allow_nan_equality=True)
+        assert_same_items(loaded.transform(labels).toPandas(), spread.transform(labels).toPandas())
+    finally:
+        small.close()
+        spread.close()
+
+
+@pytest.mark.spark
+def test_the_row_threshold_is_small_input_bytes_over_the_densest_bytes_per_label(labels):
+    """A frame of exactly smallInputBytes / FRAME_LABEL_BYTES rows fits on the driver, one row more on Spark;
+    aggregate_df takes the same setting."""
+    rows = labels.count()
+    at = MajorityVoteAggregator(smallInputBytes=rows * small_frame.FRAME_LABEL_BYTES).fit(labels)
+    over = MajorityVoteAggregator(smallInputBytes=rows * small_frame.FRAME_LABEL_BYTES - 1).fit(labels)
+    try:
+        assert at.summary["engine"] == "local" and at.summary["small_input"]["max_rows"] == rows
+        assert over.summary["engine"] == "spark" and "small_input" not in over.summary
+    finally:
+        at.close()
+        over.close()
+    _, _, summary = aggregate_df(labels, "mv", small_input_bytes=0)
+    assert summary["engine"] == "spark"
+    _, _, summary = aggregate_df(labels, "mv")
+    assert summary["engine"] == "local" and summary["small_input"]["rows"] == rows
+
+
+@pytest.mark.spark
+def test_a_small_frame_whose_fit_the_budget_does_not_hold_is_fitted_on_spark(labels):
+    """The memory predictor's half of the rule: with a budget below the local fit's predicted peak the frame
+    is not fitted on the driver (fit_small_frame says None, nothing is left open)."""
+    config = with_engine(MajorityVoteAggregator()._run_config(), max_memory="1k")
+    assert small_frame.max_frame_rows(config) >= labels.count()
+    assert small_frame.fit_small_frame(config, labels) is None
+    roomy = small_frame.fit_small_frame(with_engine(config, max_memory="64g"), labels)
+    try:
+        assert roomy is not None and roomy.summary["small_input"]["budget_bytes"] == 64 << 30
+    finally:
+        roomy.close()
+
+
 # --------------------------------------------------------------------------- save and load
 
 
@@ -303,6 +382,7 @@ def test_inside_a_pipeline_that_renames_columns_and_after_save_and_load(labels, 
     aggregator = MajorityVoteAggregator(itemCol="task", workerCol="annotator", seed=SEED)
     pipeline = Pipeline(stages=[rename, aggregator])
     fitted = pipeline.fit(labels)
+    assert fitted.stages[1].summary["engine"] == "local"  # RTE is small: fitted on the driver
     expected = models("mv").items
     assert_df_equality(fitted.transform(labels), expected, ignore_row_order=True, ignore_nullable=True)
     pipeline.write().save(str(tmp_path / "pipeline"))
@@ -351,6 +431,7 @@ def test_input_errors_are_the_command_lines(spark, labels):
          r"^unknown parameter\(s\) nIter for algorithm 'ds'; known: maxIter, smoothing, tol \(did you mean 'maxIter'\?\)$"),
         ({"seed": -1}, r"seed must be an integer >= 0, but got -1"),
         ({"partitions": -2}, r"^partitions must be an integer >= 0, but got -2"),
+        ({"smallInputBytes": -1}, r"^smallInputBytes must be an integer >= 0, but got -1"),
     ],
 )
 def test_config_errors_name_the_settings_as_this_face_does_when_the_estimator_is_built(kwargs, message):

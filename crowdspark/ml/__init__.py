@@ -1,8 +1,13 @@
 """The pyspark.ml face: an Estimator/Model pair for every registered algorithm, and plain functions.
 
-For users who hold their labels in a Spark DataFrame (notebooks, existing pipelines).  Everything runs on
-the Spark engine through the same shared runner as the command line
-(:func:`crowdspark.pipeline.fit_frames`), so validation, errors and answers are the command line's.
+For users who hold their labels in a Spark DataFrame (notebooks, existing pipelines).  Everything runs
+through the same shared runner as the command line (:func:`crowdspark.pipeline.fit_frames`), so validation,
+errors and answers are the command line's, and with its small-input rule: a DataFrame of at most
+``smallInputBytes / 3`` rows (about 2.8M labels at the default ``engine.small_input_bytes`` of 8 MiB) whose
+fit's predicted peak fits the driver's memory budget is collected to the driver and fitted with the local
+engine (:mod:`crowdspark.pipeline.small_frame`; ``summary["engine"]`` is ``"local"`` and
+``summary["small_input"]`` records the rows, the threshold, the prediction and the budget); larger ones are
+fitted on the Spark engine, and ``smallInputBytes=0`` always fits on Spark.  Both give the same answers.
 
 >>> from crowdspark.ml import DawidSkeneAggregator
 >>> labels = spark.createDataFrame(
@@ -30,14 +35,15 @@ settings as this face does (``itemCol="task"``, ``maxIter``).
 
 What ``fit`` and ``transform`` do
 ---------------------------------
-``CrowdAggregator.fit(labels_df)`` validates the labels, runs the configured algorithm on the Spark
-engine and returns a :class:`CrowdAggregatorModel` holding
+``CrowdAggregator.fit(labels_df)`` validates the labels, runs the configured algorithm (on the driver
+or on the Spark engine, as above) and returns a :class:`CrowdAggregatorModel` holding
 
 * ``items``: the fitted item table (one row per item: ``item``, ``label``, ``confidence``, ``posterior``
   and model extras such as ``level``, ``level_posterior``, ``epsilon``), exactly what the command line
   writes to ``items/``.  It is materialized at fit time (a reliable checkpoint when the SparkContext has a
   checkpoint directory, else a local checkpoint), so the engine's cached blocks and broadcasts are released
-  before ``fit`` returns.  It stays distributed.
+  before ``fit`` returns.  It stays distributed.  After a fit on the driver it is a DataFrame created
+  from the local engine's table, with the same schema.
 * ``workers``: the worker table (a Spark DataFrame, as in ``workers/``); ``summary``: the run summary
   (a dict, as in ``summary.json``);
 * ``kernel``, ``globalParams``, ``encoding``: the fitted numpy model, its global parameters (arrays sized

@@ -13,22 +13,27 @@ from pyspark.ml.util import (
     DefaultParamsReadable,
     DefaultParamsWritable,
 )
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from crowdspark.block import DEFAULT_MAX_BLOCK_LABELS
-from crowdspark.config import DEFAULT_ALGORITHM
+from crowdspark.config import DEFAULT_ALGORITHM, EngineConfig
 from crowdspark.docstrings import field_docs
 from crowdspark.errors import ConfigError
 from crowdspark.faces import ML, camel, using_face
 from crowdspark.ml.model import CrowdAggregatorModel
 from crowdspark.ml.params import SOURCE, CrowdParams, check_spark_frame, field_keys
 from crowdspark.models.registry import MODELS, check_params, hyperparameters
-from crowdspark.pipeline import fit_frames
+from crowdspark.io.tables import item_schema
+from crowdspark.pipeline import Fitted, fit_frames
+from crowdspark.pipeline.small_frame import fit_small_frame
 from crowdspark.pipeline.summary import Timer
 
 __all__ = ["CrowdAggregator", "ESTIMATORS", "fit_model", "aggregate_df"]
 
 log = logging.getLogger(__name__)
+
+#: ``engine.small_input_bytes``'s default: the labels DataFrames this face fits on the driver
+DEFAULT_SMALL_INPUT_BYTES = EngineConfig().small_input_bytes
 
 
 class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultParamsWritable):
@@ -49,6 +54,10 @@ class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultPara
         The class set in posterior order (default: inferred).
     partitions, maxBlockLabels, checkpointInterval : int
         Engine settings (``engine.*`` on the command line).
+    smallInputBytes : int
+        ``engine.small_input_bytes`` (default 8 MiB): a DataFrame of at most ``smallInputBytes / 3`` rows whose
+        fit's predicted peak fits the driver's memory budget is collected to the driver and fitted with the
+        local engine, with the same answers (:mod:`crowdspark.pipeline.small_frame`); 0 always fits on Spark.
     handleUnknownWorkers : {"error", "skip"}
         What the fitted model's ``transform`` does with workers it has not seen.
 
@@ -77,6 +86,7 @@ class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultPara
         partitions: int = 0,
         maxBlockLabels: int = DEFAULT_MAX_BLOCK_LABELS,
         checkpointInterval: int = 10,
+        smallInputBytes: int = DEFAULT_SMALL_INPUT_BYTES,
         handleUnknownWorkers: str = "error",
     ) -> None:
         super().__init__()
@@ -99,6 +109,7 @@ class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultPara
         partitions: int | None = None,
         maxBlockLabels: int | None = None,
         checkpointInterval: int | None = None,
+        smallInputBytes: int | None = None,
         handleUnknownWorkers: str | None = None,
     ) -> "CrowdAggregator":
         """Set any of the Params by keyword (``None`` leaves a Param unchanged)."""
@@ -140,6 +151,9 @@ class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultPara
 
     def setCheckpointInterval(self, value: int) -> "CrowdAggregator":
         return self._set(checkpointInterval=value)
+
+    def setSmallInputBytes(self, value: int) -> "CrowdAggregator":
+        return self._set(smallInputBytes=value)._check()
 
     def setHandleUnknownWorkers(self, value: str) -> "CrowdAggregator":
         return self._set(handleUnknownWorkers=value)
@@ -233,7 +247,7 @@ def _estimator_class(model: type) -> type[CrowdAggregator]:
     attrs["__doc__"] = (f":class:`CrowdAggregator` running {model.title} (``{name}``): {model.description}.\n\n"
                         f"Parameters\n----------\n{fields_doc}\nitemCol, workerCol, labelCol, seed, "
                         f"algorithmParams, classes, partitions, maxBlockLabels, checkpointInterval, "
-                        f"handleUnknownWorkers\n    As :class:`CrowdAggregator`; the model's Params may also be "
+                        f"smallInputBytes, handleUnknownWorkers\n    As :class:`CrowdAggregator`; the model's Params may also be "
                         f"given by their field names (``max_iter=5``).\n")
     attrs["__init__"] = __init__
     attrs["_algorithm_params"] = _algorithm_params
@@ -247,24 +261,36 @@ def _materialize(frame: DataFrame) -> DataFrame:
     return frame.localCheckpoint(eager=True)
 
 
+def _item_frame(spark: SparkSession, run: Fitted) -> DataFrame:
+    """The fitted item table as a Spark DataFrame: the Spark engine's materialized (:func:`_materialize`), the
+    local engine's (a pyarrow Table on the driver) created with the Spark engine's schema."""
+    items = run.items()
+    if isinstance(items, DataFrame):
+        return _materialize(items)
+    return spark.createDataFrame(items.to_pandas(), schema=item_schema(run.item_extras))
+
+
 def fit_model(
     params: CrowdParams, labels_df: DataFrame, gold_df: DataFrame | None = None, truth: str = "truth"
 ) -> "CrowdAggregatorModel":
-    """Fit on the Spark engine through the shared runner and keep what the model needs."""
+    """Fit through the shared runner and keep what the model needs: on the driver with the local engine when
+    the labels are small (:func:`crowdspark.pipeline.small_frame.fit_small_frame`), else on Spark."""
     check_spark_frame(labels_df, "fit")
     spark = labels_df.sparkSession
     config = params._run_config(truth)
     timer = Timer()
-    run = fit_frames(config, labels_df, gold_df, labels_source=SOURCE, gold_source=SOURCE, timer=timer)
+    run = fit_small_frame(config, labels_df, gold_df, SOURCE, SOURCE, timer)
+    if run is None:
+        run = fit_frames(config, labels_df, gold_df, labels_source=SOURCE, gold_source=SOURCE, timer=timer)
     try:
-        items = _materialize(run.items())
+        items = _item_frame(spark, run)
         workers = spark.createDataFrame(run.workers())
         timer.lap("items")
     finally:
         run.close()
     summary = dict(run.summary, timings=timer.timings)
-    log.info("%s: fitted %d items, %d workers in %d iterations", config.algorithm, summary["counts"]["items"],
-             summary["counts"]["workers"], summary["iterations"])
+    log.info("%s: fitted %d items, %d workers in %d iterations on the %s engine", config.algorithm,
+             summary["counts"]["items"], summary["counts"]["workers"], summary["iterations"], summary["engine"])
     model = CrowdAggregatorModel(
         kernel=run.model,
         globalParams=run.model.export_params(run.params),
@@ -291,6 +317,7 @@ def aggregate_df(
     truth: str = "truth",
     classes: list[str] | None = None,
     partitions: int = 0,
+    small_input_bytes: int = DEFAULT_SMALL_INPUT_BYTES,
     **params: Any,
 ) -> tuple[DataFrame, DataFrame, dict[str, Any]]:
     """Aggregate a labels DataFrame without the ml classes.
@@ -309,13 +336,17 @@ def aggregate_df(
         The class set in posterior order (default: inferred).
     partitions : int
         Spark partitions of the item blocks (0: default parallelism).
+    small_input_bytes : int
+        ``engine.small_input_bytes``: labels of at most ``small_input_bytes / 3`` rows whose fit fits the
+        driver's memory budget are fitted there with the local engine (:mod:`crowdspark.pipeline.small_frame`;
+        ``summary["small_input"]`` says so); 0 always fits on Spark.
     **params
         The algorithm's parameters, e.g. ``max_iter=50``.
 
     Returns
     -------
     items : pyspark DataFrame
-        The fitted item table (distributed, materialized).
+        The fitted item table (materialized).
     workers : pyspark DataFrame
     summary : dict
 
@@ -332,6 +363,7 @@ def aggregate_df(
     estimator = CrowdAggregator(
         algorithm=algorithm, seed=seed, itemCol=item, workerCol=worker, labelCol=label,
         algorithmParams=params, classes=list(classes or []), partitions=partitions,
+        smallInputBytes=small_input_bytes,
     )
     model = fit_model(estimator, labels_df, gold_df, truth)
     return model.items, model.workers, model.summary
@@ -339,7 +371,8 @@ def aggregate_df(
 
 #: the names the generic estimator takes beside a model's Params
 _COMMON = frozenset(["algorithm", "itemCol", "workerCol", "labelCol", "seed", "algorithmParams", "classes",
-                     "partitions", "maxBlockLabels", "checkpointInterval", "handleUnknownWorkers"])
+                     "partitions", "maxBlockLabels", "checkpointInterval", "smallInputBytes",
+                     "handleUnknownWorkers"])
 
 #: the estimator of every registered algorithm, by class name
 ESTIMATORS: dict[str, type[CrowdAggregator]] = {f"{m.api_name}Aggregator": _estimator_class(m) for m in MODELS}

@@ -48,7 +48,7 @@ class CrowdAggregatorModel(Model, CrowdParams, MLReadable, MLWritable):
     Attributes
     ----------
     items : pyspark DataFrame
-        The fitted item table (distributed).
+        The fitted item table (distributed; after a fit on the driver, created from the local engine's table).
     workers : pyspark DataFrame
         The worker table.
     summary : dict

@@ -96,6 +96,14 @@ class CrowdParams(Params):
         "stateful models (samplers) truncate the lineage every this many sweeps",
         _to_int("checkpointInterval"),
     )
+    smallInputBytes: Param[int] = Param(
+        Params._dummy(),
+        "smallInputBytes",
+        "engine.small_input_bytes: a labels DataFrame of at most smallInputBytes / 3 rows (about 2.8M at the "
+        "default 8 MiB) whose fit's predicted peak fits the driver's memory budget is collected to the driver and "
+        "fitted with the local engine, with the same answers; 0 = always fit on Spark",
+        _to_int("smallInputBytes"),
+    )
     handleUnknownWorkers: Param[str] = Param(
         Params._dummy(),
         "handleUnknownWorkers",
@@ -117,6 +125,7 @@ class CrowdParams(Params):
             partitions=defaults.partitions,
             maxBlockLabels=DEFAULT_MAX_BLOCK_LABELS,
             checkpointInterval=defaults.checkpoint_interval,
+            smallInputBytes=EngineConfig().small_input_bytes,
             handleUnknownWorkers="error",
         )
 
@@ -160,6 +169,10 @@ class CrowdParams(Params):
         """Sweeps between lineage truncations."""
         return self.getOrDefault(self.checkpointInterval)
 
+    def getSmallInputBytes(self) -> int:
+        """``engine.small_input_bytes`` (0: always fit on Spark)."""
+        return self.getOrDefault(self.smallInputBytes)
+
     def getHandleUnknownWorkers(self) -> str:
         """``"error"`` or ``"skip"``."""
         return self.getOrDefault(self.handleUnknownWorkers)
@@ -180,7 +193,8 @@ class CrowdParams(Params):
             seed=self.getSeed(),
             input=self._input_config(),
             gold=GoldConfig(item=self.getItemCol(), truth=truth),
-            engine=EngineConfig(name="spark", max_block_labels=self.getMaxBlockLabels()),
+            engine=EngineConfig(name="spark", max_block_labels=self.getMaxBlockLabels(),
+                                small_input_bytes=self.getSmallInputBytes()),
             spark=SparkConfig(partitions=self.getPartitions(), checkpoint_interval=self.getCheckpointInterval()),
             algorithms={self.getAlgorithm(): self._algorithm_params()},
         )
