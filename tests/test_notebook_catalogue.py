@@ -96,9 +96,10 @@ def untied(probas: pd.DataFrame | None, index: pd.Index) -> np.ndarray:
     return top[:, -1] - top[:, -2] > _TIED
 
 
-def agreement(theirs: dict, ours: dict) -> tuple[float, int]:
-    """Share of the items untied in both posteriors on which the labels agree, and their number."""
-    index = theirs["labels_"].index
+def agreement(theirs: dict, ours: dict, given: pd.Index | None = None) -> tuple[float, int]:
+    """Share of the items untied in both posteriors on which the labels agree, and their number; without the
+    items of ``given`` (true labels, which crowdspark holds fixed and crowd-kit's GoldMajorityVote votes on)."""
+    index = theirs["labels_"].index.difference(given if given is not None else [])
     both = untied(posterior(theirs), index) & untied(posterior(ours), index)
     same = theirs["labels_"].loc[index][both].to_numpy() == ours["labels_"].loc[index][both].to_numpy()
     return float(same.mean()), int(both.sum())
@@ -109,8 +110,10 @@ def table(theirs: dict, ours: dict) -> pd.DataFrame:
     rows = {}
     for crowd in theirs:
         models = theirs[crowd]["models"]
-        rows[crowd] = {name: agreement(models[name], ours[crowd]["models"][name])[0] for name in MODELS
-                       if name in models}
+        given = theirs[crowd]["true_labels"].index
+        rows[crowd] = {name: agreement(models[name], ours[crowd]["models"][name],
+                                       given if name == "GoldMajorityVote" else None)[0]
+                       for name in MODELS if name in models}
     return pd.DataFrame(rows).T.reindex(columns=list(MODELS))
 
 
