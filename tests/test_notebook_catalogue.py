@@ -143,7 +143,8 @@ def test_the_notebook_runs_with_crowdsparks_imports_and_gives_crowd_kits_results
 #: crowd-kit's DawidSkene stops at the first iteration whose objective (its ELBO per label) rises by less than
 #: its tol, 1e-5, or falls, and answers with that iteration's E-step; crowdspark's ds has only the test on the
 #: change of the log posterior (one-coin has crowd-kit's rule, ``stop="crowd-kit"``, ds has not): on cf,
-#: music_genre and bluebird the fits stop elsewhere (93.67%, 98.29%, 99.07% agreement). That rule on ds
+#: music_genre, bluebird, web_search_filtered, sp, web_search and product the fits stop elsewhere (93.67%, 98.29%,
+#: 99.07%, 99.62%, 99.92%, 99.89%, 99.99% agreement). That rule on ds
 #: (one-coin's ``crowdkit_objective``) gives 100% on music_genre and 99.33% on cf (docs/catalogue.md)
 DS_STOP = pytest.mark.xfail(strict=True, reason="crowdspark's ds has no crowd-kit stopping rule: 93.67% on cf, "
                                                "98.29% on music_genre, 99.07% on bluebird")
