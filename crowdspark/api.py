@@ -54,9 +54,11 @@ from crowdspark.io.cells import canonical_values
 from crowdspark.io.chain import read_items
 from crowdspark.io.rules import order_classes
 from crowdspark.io.worker_table import WorkerTable, worker_table_from_frame
+from crowdspark.label_metrics import alpha as krippendorff_alpha, label_probabilities
 from crowdspark.models.registry import MODELS, check_params, hyperparameters, model_class
 from crowdspark.pipeline import RunOptions, RunResult, aggregate_frames
 from crowdspark.pipeline.quality import relabel_queue
+from crowdspark.quality import entropy
 from crowdspark.validation import check_choice, check_float
 
 __all__ = ["Aggregator", "CLASSES", "read_items"]
@@ -608,3 +610,244 @@ def _face_class(model: type) -> type[Aggregator]:
 CLASSES: dict[str, type[Aggregator]] = {model.api_name: _face_class(model) for model in MODELS}
 globals().update(CLASSES)
 __all__ += list(CLASSES)
+
+
+# ---- crowd-kit's metric functions (crowdkit.metrics.data, crowdkit.metrics.workers) ----------------------------
+
+class _FreshVote:
+    """The default ``aggregator`` of the metric functions: a new :class:`MajorityVote` at each call with
+    crowd-kit's tie rule (:func:`_fit_predict`), so that no call sees the state another left in a shared
+    default instance."""
+
+    def __repr__(self) -> str:
+        return "MajorityVote()"
+
+
+_MAJORITY_VOTE = _FreshVote()
+
+
+def binary_distance(label1: Any, label2: Any) -> float:
+    """crowd-kit's (nltk's) default distance of :func:`alpha_krippendorff`: 0.0 for equal labels, else 1.0."""
+    return 0.0 if label1 == label2 else 1.0
+
+
+def _answers(answers: Any, columns: tuple[str, ...] = ("task", "worker", "label")) -> pd.DataFrame:
+    """``answers``, checked: a pandas DataFrame with crowd-kit's columns."""
+    if not isinstance(answers, pd.DataFrame):
+        raise InputError(f"answers: pass a pandas DataFrame with columns {', '.join(columns)}, but got a "
+                         f"{type(answers).__name__}")
+    missing = [c for c in columns if c not in answers.columns]
+    if missing:
+        raise InputError(f"answers: the DataFrame has no column {', '.join(missing)} (it has "
+                         f"{', '.join(map(str, answers.columns))}); name them {', '.join(columns)} as crowd-kit does")
+    return answers
+
+
+def _fit_predict(aggregator: Any, answers: pd.DataFrame) -> tuple[Any, pd.Series]:
+    """``aggregator`` fitted on ``answers`` and its labels; the default is a new :class:`MajorityVote` that
+    takes the first of tied labels in the class order, as crowd-kit's (every worker's vote weighing 1)."""
+    if aggregator is not _MAJORITY_VOTE:
+        return aggregator, aggregator.fit_predict(answers)
+    model = CLASSES["MajorityVote"]()
+    ones = pd.Series(1.0, index=pd.unique(answers["worker"]))
+    return model, model.fit_predict(answers, ones)
+
+
+def _skills(answers: pd.DataFrame, workers_skills: pd.Series | None, default: float | None) -> np.ndarray:
+    """Each row's worker skill, float64 (m,): from ``workers_skills`` (NaN for an unlisted worker), else
+    ``default``."""
+    if workers_skills is None:
+        return np.full(len(answers), default, dtype=np.float64)
+    if not isinstance(workers_skills, pd.Series):
+        raise InputError(f"workers_skills: pass a pandas Series of skills indexed by worker, but got a "
+                         f"{type(workers_skills).__name__}")
+    return pd.to_numeric(workers_skills.reindex(answers["worker"].to_numpy()), errors="coerce").to_numpy(np.float64)
+
+
+def _probabilities(answers: pd.DataFrame, skill: np.ndarray) -> pd.DataFrame:
+    """crowd-kit's one-coin label probabilities of each row (:func:`crowdspark.label_metrics.label_probabilities`),
+    a column per distinct label, (m, C)."""
+    codes, classes = pd.factorize(answers["label"])
+    return pd.DataFrame(label_probabilities(codes, skill, len(classes)), index=answers.index,
+                        columns=pd.Index(classes))
+
+
+def alpha_krippendorff(answers: pd.DataFrame, distance: Any = binary_distance) -> float:
+    """Krippendorff's alpha of the labels (crowd-kit's ``crowdkit.metrics.data.alpha_krippendorff``).
+
+    The agreement of the labels of each task beyond chance: 1 for full agreement, 0 for agreement at chance
+    level, negative below it (0.8 and above is commonly read as reliable).  The tasks with one label count
+    for nothing.  With the default distance this is the nominal alpha of the run's quality signals
+    (``summary_['quality']``, docs/quality.md).
+
+    Parameters
+    ----------
+    answers : DataFrame
+        Columns ``task``, ``worker`` and ``label``.
+    distance : callable, default :func:`binary_distance`
+        ``distance(label1, label2)`` in [0, 1] (nltk's distances work here).
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    InputError
+        For answers without those columns, or without a task of two labels.
+    """
+    answers = _answers(answers)
+    tasks, _ = pd.factorize(answers["task"])
+    codes, classes = pd.factorize(answers["label"])
+    if len(classes) == 1:
+        return 1.0
+    matrix = np.array([[float(distance(a, b)) for b in classes] for a in classes])
+    value = krippendorff_alpha(tasks, codes, len(classes), matrix)
+    if value is None:
+        raise InputError("answers: Krippendorff's alpha needs a task with two labels or more, but every task has "
+                         "one label")
+    return value
+
+
+def consistency(answers: pd.DataFrame, workers_skills: pd.Series | None = None, aggregator: Any = _MAJORITY_VOTE,
+                by_task: bool = False) -> float | pd.Series:
+    """The posterior probability of each task's aggregated label under workers of the given skills (crowd-kit's
+    ``crowdkit.metrics.data.consistency``).
+
+    A worker of skill ``s`` gives the true label with probability ``s`` and each other label with
+    ``(1 - s) / (C - 1)`` (C: the distinct labels of ``answers``); a task's consistency is the product of its
+    labels' probabilities under its aggregated label over the sum of those products under every label (0
+    where they are all 0).  A worker ``workers_skills`` does not list counts for nothing.
+
+    Parameters
+    ----------
+    answers : DataFrame
+        Columns ``task``, ``worker`` and ``label``.
+    workers_skills : Series, optional
+        Skill by worker; default the aggregator's ``skills_``.
+    aggregator : estimator, default a new ``MajorityVote()`` (the first tied label in the class order wins, as in
+        crowd-kit)
+        Fitted here with ``fit_predict(answers)``: its labels are the aggregated ones.
+    by_task : bool
+        Return each task's consistency (a Series indexed by task) instead of their mean.
+
+    Returns
+    -------
+    float or Series
+    """
+    answers = _answers(answers)
+    model, aggregated = _fit_predict(aggregator, answers)
+    if workers_skills is None:
+        if getattr(model, "skills_", None) is None:
+            raise InputError(f"consistency: {type(model).__name__} has no skills_; pass workers_skills")
+        workers_skills = model.skills_
+    probabilities = _probabilities(answers, _skills(answers, workers_skills, None)).fillna(1.0)
+    products = probabilities.groupby(answers["task"].to_numpy()).prod().rename_axis("task")
+    chosen = aggregated.reindex(products.index).to_numpy()
+    positions = products.columns.get_indexer(chosen)
+    numerator = products.to_numpy()[np.arange(len(products)), positions]
+    total = products.sum(axis=1).to_numpy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        values = np.where(total != 0, numerator / total, 0.0)
+    result = pd.Series(values, index=products.index)
+    return result if by_task else float(result.mean())
+
+
+def uncertainty(answers: pd.DataFrame, workers_skills: pd.Series | None = None, aggregator: Any = None,
+                compute_by: str = "task", aggregate: bool = True) -> float | pd.Series:
+    """The entropy (nats) of each task's, or each worker's, label distribution (crowd-kit's
+    ``crowdkit.metrics.data.uncertainty``).
+
+    Each label spreads one unit over the classes as a worker of its skill would (``s`` on the label given,
+    ``(1 - s) / (C - 1)`` on each other, :func:`consistency`); a task's (worker's) distribution is the sum over
+    its labels, normalized.  Without skills every label weighs 1 on its class: a task's uncertainty is then
+    its vote entropy (``items_['vote_entropy']``, docs/quality.md).
+
+    Parameters
+    ----------
+    answers : DataFrame
+        Columns ``task``, ``worker`` and ``label``.
+    workers_skills : Series, optional
+        Skill by worker; default the ``skills_`` of ``aggregator`` fitted on ``answers``, else 1.
+    aggregator : estimator, optional
+        Fitted here with ``fit(answers)`` when ``workers_skills`` is not given.
+    compute_by : {"task", "worker"}
+        Whose distributions.
+    aggregate : bool
+        Return their mean instead of the Series (indexed by task or worker).
+
+    Returns
+    -------
+    float or Series
+
+    Raises
+    ------
+    InputError
+        For a worker without a skill.
+    """
+    answers = _answers(answers)
+    check_choice("compute_by", compute_by, ("task", "worker"))
+    if workers_skills is None and aggregator is not None:
+        model = aggregator.fit(answers)
+        workers_skills = getattr(model, "skills_", None)
+        if workers_skills is None:
+            raise InputError(f"uncertainty: {type(model).__name__} has no skills_; pass workers_skills")
+    skill = _skills(answers, workers_skills, 1.0)
+    if np.isnan(skill).any():
+        missing = list(dict.fromkeys(answers["worker"].to_numpy()[np.isnan(skill)]))
+        raise InputError(f"workers_skills: {len(missing)} workers have no skill, e.g. {missing[:3]!r}; give every "
+                         "worker of answers a skill")
+    sums = _probabilities(answers, skill).groupby(answers[compute_by].to_numpy()).sum().rename_axis(compute_by)
+    values = sums.to_numpy()
+    result = pd.Series(entropy(values / values.sum(axis=1, keepdims=True)), index=sums.index)
+    return float(result.mean()) if aggregate else result
+
+
+def accuracy_on_aggregates(answers: pd.DataFrame, aggregator: Any = _MAJORITY_VOTE,
+                           aggregates: pd.Series | None = None, by: str | None = None) -> float | pd.Series:
+    """The share of the labels that equal their task's aggregated label (crowd-kit's
+    ``crowdkit.metrics.workers.accuracy_on_aggregates``).
+
+    A label repeated on a task by its worker counts once; a ``weight`` column, where ``answers`` has one,
+    weighs each label; labels of tasks without an aggregate count for nothing.
+
+    Parameters
+    ----------
+    answers : DataFrame
+        Columns ``task``, ``worker`` and ``label`` (and optionally ``weight``).
+    aggregator : estimator, default a new ``MajorityVote()``
+        Fitted here with ``fit_predict(answers)`` when ``aggregates`` is not given.
+    aggregates : Series, optional
+        The aggregated label by task.
+    by : str, optional
+        A column of ``answers`` (``"worker"``): return the accuracy per value of it (a Series) instead of over
+        every label.
+
+    Returns
+    -------
+    float or Series
+
+    Raises
+    ------
+    ConfigError
+        For neither ``aggregator`` nor ``aggregates``.
+    """
+    answers = _answers(answers)
+    if aggregates is None and aggregator is None:
+        raise ConfigError("accuracy_on_aggregates: give aggregator or aggregates")
+    if aggregates is None:
+        aggregates = _fit_predict(aggregator, answers)[1]
+    columns = ["task", "worker", "label", *(["weight"] if "weight" in answers.columns else [])]
+    frame = answers[columns].assign(true_label=aggregates.reindex(answers["task"].to_numpy()).to_numpy())
+    frame = frame[frame["true_label"].notna()]
+    weight = frame["weight"] if "weight" in frame.columns else pd.Series(1, index=frame.index)
+    frame = frame.assign(weight=weight, score=weight * (frame["label"] == frame["true_label"]))
+    frame = frame.sort_values("score").drop_duplicates(["task", "worker", "label"], keep="last")
+    if by is None:
+        return frame["score"].sum() / frame["weight"].sum()
+    grouped = frame.groupby(by)
+    return grouped["score"].sum() / grouped["weight"].sum()
+
+
+METRICS = ("alpha_krippendorff", "consistency", "uncertainty", "accuracy_on_aggregates")
+__all__ += [*METRICS, "binary_distance"]
