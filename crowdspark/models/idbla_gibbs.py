@@ -437,12 +437,12 @@ class IdblaGibbs(IdblaInit):
         new = dict(state)
         new["T"], new["Q"] = T, Q
         if self.schedule.is_kept(sweep):
-            # p(T_i | L_i) and p(Q_i | L_i): marginals of the unnormalized table divided by its row sums
-            # (each marginal is one new float64 array, as ``total`` is, updated in place: the previous
-            # state's arrays are not touched)
+            # p(T_i | L_i) and p(Q_i | L_i): marginals of the unnormalized table divided by its row sums,
+            # both summed in float64 so that each marginal sums to 1 (each is one new float64 array, updated
+            # in place: the previous state's arrays are not touched)
             joint = weights.reshape(n, H, C)
             for key, axis in (("post_sum", 1), ("level_sum", 2)):
-                marginal = np.divide(joint.sum(axis=axis), total)
+                marginal = np.divide(joint.sum(axis=axis, dtype=np.float64), total)
                 if key in state:
                     marginal += state[key]
                 new[key] = marginal
