@@ -41,6 +41,11 @@ class IncompatibleModelError(CrowdsparkError):
     """
 
 
+class ModelContractError(TypeError):
+    """A registered model broke the kernel protocol (:mod:`crowdspark.models.base`): a defect of the model's
+    code, not of the user's input, so the command line exits 1 with it."""
+
+
 RUN_COLD = ("run cold: without --warm-start, or with --set nightly.on_incompatible=cold to run such nights cold "
             "automatically")
 

@@ -280,13 +280,15 @@ def spammer_probability(counts: np.ndarray) -> np.ndarray:
 
 
 def average_confusion(confusion: np.ndarray, n_labels: np.ndarray) -> np.ndarray:
-    """The label-weighted average (C, C) of the workers' confusion matrices (K, C, C); uniform rows when no
-    worker has a label."""
-    weights = np.asarray(n_labels, dtype=np.float64)
+    """The label-weighted average (C, C) of the workers' confusion matrices (K, C, C); a worker whose matrix
+    is unknown (NaN, e.g. ``gold-mv``'s workers without a label on the gold) is left out; uniform rows when no
+    worker is left."""
+    known = ~np.isnan(confusion).any(axis=(1, 2))
+    weights = np.where(known, np.asarray(n_labels, dtype=np.float64), 0.0)
     if weights.sum() <= 0:
         n_classes = confusion.shape[1]
         return np.full((n_classes, n_classes), 1.0 / n_classes)
-    return np.einsum("k,kcy->cy", weights / weights.sum(), confusion)
+    return np.einsum("k,kcy->cy", weights / weights.sum(), np.where(known[:, None, None], confusion, 0.0))
 
 
 def _first_max(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

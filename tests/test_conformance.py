@@ -3,7 +3,9 @@
 A new algorithm is covered by registering it: additive statistics (any split of the items into blocks gives
 the same answer), posteriors that are distributions, same seed -> same answer, the Spark engine's answer on
 1 and 3 partitions equal to the local engine's, answers that do not depend on how items and workers are
-named, and items with gold in the fit (``Block.fixed``) answered with their gold class.
+named, items with gold in the fit (``Block.fixed``) answered with their gold class, a worker table that holds
+what the pipeline reads of it, and one whole run (read, fit, quality signals, write, report) with the model's own
+quick settings (``Model.quick_settings``).
 """
 
 from __future__ import annotations
@@ -12,13 +14,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import json
+
 from crowdspark.block import GoldSplit
-from crowdspark.models.registry import algorithm_names, build_model, hyperparameters, model_class
+from crowdspark.config import load_config
+from crowdspark.errors import ModelContractError
+from crowdspark.models.base import checked_worker_table
+from crowdspark.models.registry import algorithm_names, build_model, model_class
+from crowdspark.pipeline import aggregate
 from crowdspark.stats import sum_stats
 from tests.helpers import DATA, fitted_answers, frames_to_blocks
 
-#: fast settings for the tests (applied where the algorithm has the parameter)
-FAST = {"max_iter": 15, "burn_in": 5, "n_samples": 8}
 SEED = 3
 
 
@@ -30,8 +36,7 @@ def frames():
 
 
 def make(name: str, n_workers: int, n_classes: int, seed: int = SEED):
-    params = {key: value for key, value in FAST.items() if key in hyperparameters(name)}
-    return build_model(name, params, n_workers, n_classes, seed)
+    return build_model(name, model_class(name).quick_settings(), n_workers, n_classes, seed)
 
 
 def answers(name: str, blocks, enc, seed: int = SEED, engine=None):
@@ -151,3 +156,54 @@ def test_spark_engine_gives_the_local_answer_on_1_and_3_partitions(spark, frames
         finally:
             engine.close()
         assert_same(local, remote, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", algorithm_names())
+def test_worker_table_holds_what_the_pipeline_reads(frames, name):
+    split = GoldSplit(0.5, 0) if model_class(name).needs_fit_gold else None
+    blocks, enc = frames_to_blocks(*frames, max_labels=500, split=split)
+    model = make(name, enc.n_workers, enc.n_classes)
+    result = fitted_answers(model, blocks)[0]
+    table = checked_worker_table(model, result.params, result.init_stats)
+    confusion = model.worker_confusion(table)
+    known = ~np.isnan(confusion).any(axis=(1, 2))
+    assert confusion.shape == (enc.n_workers, enc.n_classes, enc.n_classes) and known.mean() > 0.5
+    assert np.all(confusion[known] >= 0)
+    np.testing.assert_allclose(confusion[known].sum(axis=2), 1.0, atol=1e-9)
+    n_labels = sum(np.bincount(b.worker, minlength=enc.n_workers) for b in blocks)
+    np.testing.assert_array_equal(np.asarray(table["n_labels"]), n_labels)
+
+
+def test_a_worker_table_without_a_skill_column_is_refused_naming_the_model(frames):
+    blocks, enc = frames_to_blocks(*frames, max_labels=500)
+    model = make("mv", enc.n_workers, enc.n_classes)
+    result = fitted_answers(model, blocks)[0]
+    broken = type("CountsOnly", (type(model),), {
+        "worker_table": lambda self, params, init_stats: {"n_labels": np.zeros(self.n_workers)}})
+    with pytest.raises(ModelContractError, match=r"CountsOnly \('mv'\).*'n_labels'\].*'confusion', 'accuracy'"):
+        checked_worker_table(broken(**vars(model)), result.params, result.init_stats)
+    short = type("ShortTable", (type(model),), {"worker_table": lambda self, params, init_stats: {
+        "n_labels": np.zeros(self.n_workers), "accuracy": np.ones(self.n_workers - 1)}})
+    with pytest.raises(ModelContractError, match="column 'accuracy' has shape"):
+        checked_worker_table(short(**vars(model)), result.params, result.init_stats)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", algorithm_names())
+def test_each_model_runs_the_whole_pipeline(tmp_path, name):
+    settings = [f"{name}.{key}={value}" for key, value in model_class(name).quick_settings().items()]
+    config = load_config(overrides=[*settings, "gold.fit_fraction=0.5"], algorithm=name, engine_name="local")
+    out = tmp_path / "run"
+    result = aggregate(config, str(DATA / "temp" / "labels.csv"), str(out), str(DATA / "temp" / "truth.csv"))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["algorithm"] == result.summary["algorithm"] == name
+    assert summary["metrics"]["error_rate"] < 0.5 and "quality" in summary
+    workers = pd.read_parquet(out / "workers")
+    assert {"n_labels", "agreement", "spammer"} <= set(workers.columns)
+    assert {"confusion", "accuracy"} & set(workers.columns)
+    items = pd.read_parquet(out / "items")
+    assert len(items) == summary["counts"]["items"] and items["confidence"].between(0, 1 + 1e-9).all()
+    from crowdspark.report import write_report
+
+    page = write_report(str(out))
+    assert "<figure" in open(page, encoding="utf-8").read()

@@ -19,6 +19,7 @@ from crowdspark.quality import (
     ITEM_COLUMNS,
     agreement_stats,
     alpha_from_stats,
+    average_confusion,
     calibration_from_stats,
     calibration_stats,
     expected_error_reduction,
@@ -357,3 +358,11 @@ def test_item_columns_equal_their_definitions_bit_for_bit(n_classes, order):
     assert (expected_error_reduction(posterior, confusion)[:40] == 0).all()
     top2 = np.sort(posterior, axis=1)[:, -2:]
     np.testing.assert_array_equal(margin(posterior), top2[:, 1] - top2[:, 0])
+
+
+def test_average_confusion_leaves_out_workers_without_an_estimate():
+    known = np.array([[[0.9, 0.1], [0.2, 0.8]], [[0.6, 0.4], [0.4, 0.6]]])
+    with_unknown = np.concatenate([known, np.full((1, 2, 2), np.nan)])
+    expected = (3 * known[0] + 1 * known[1]) / 4
+    np.testing.assert_allclose(average_confusion(with_unknown, np.array([3, 1, 50])), expected)
+    np.testing.assert_allclose(average_confusion(np.full((2, 2, 2), np.nan), np.array([3, 1])), 0.5)

@@ -18,7 +18,8 @@ from crowdspark.config import load_config
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import initialize
 from crowdspark.errors import IncompatibleModelError, InputError
-from crowdspark.io.worker_table import one_coin_confusion, read_worker_table, worker_table_from_frame
+from crowdspark.io.worker_table import read_worker_table, worker_table_from_frame
+from crowdspark.models.common import one_coin_confusion
 from crowdspark.models.registry import build_model
 from crowdspark.pipeline.fit import table_start
 from tests.helpers import DATA, frames_to_blocks

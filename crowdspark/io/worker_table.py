@@ -24,8 +24,9 @@ import pandas as pd
 from crowdspark.errors import IncompatibleModelError, InputError
 from crowdspark.io.files import files_for
 from crowdspark.io.paths import infer_format, is_local, resolve_local_paths
+from crowdspark.models.common import one_coin_confusion
 
-__all__ = ["WorkerTable", "read_worker_table", "worker_table_from_frame", "one_coin_confusion"]
+__all__ = ["WorkerTable", "read_worker_table", "worker_table_from_frame"]
 
 #: the option of the command line that names a worker table
 WHAT = "--initial-workers"
@@ -60,7 +61,7 @@ class WorkerTable:
     def matrices(self, classes: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """Every listed worker's confusion (K', C, C) and accuracy (K',) in a run with ``classes``.
 
-        A worker given by its accuracy only gets the one-coin matrix (:func:`one_coin_confusion`); a worker
+        A worker given by its accuracy only gets the one-coin matrix (:func:`crowdspark.models.common.one_coin_confusion`); a worker
         given by its confusion only gets the mean of its diagonal as accuracy.
 
         Raises
@@ -90,16 +91,6 @@ class WorkerTable:
         confusion[missing] = one_coin_confusion(accuracy[missing], n_classes)
         accuracy = np.where(np.isnan(accuracy), np.einsum("ktt->k", confusion) / n_classes, accuracy)
         return confusion, accuracy
-
-
-def one_coin_confusion(accuracy: np.ndarray, n_classes: int) -> np.ndarray:
-    """Confusion matrices (K, C, C) of workers right with probability ``accuracy`` (K,) and otherwise giving
-    any other class alike."""
-    accuracy = np.asarray(accuracy, dtype=np.float64)
-    off = (1.0 - accuracy) / max(n_classes - 1, 1)
-    out = np.broadcast_to(off[:, None, None], (accuracy.shape[0], n_classes, n_classes)).copy()
-    out[:, np.arange(n_classes), np.arange(n_classes)] = accuracy[:, None]
-    return out
 
 
 def read_worker_table(path: str, spark: Any = None) -> WorkerTable:

@@ -29,8 +29,9 @@ from crowdspark.io.spark_reader import SparkLabels, prepare_labels_spark
 from crowdspark.io.tables import item_frame, item_schema
 from crowdspark.ml.params import SOURCE, UNKNOWN_WORKER_CHOICES, CrowdParams, check_spark_frame
 from crowdspark.ml.persistence import ModelReader, ModelWriter
-from crowdspark.pipeline.quality import relabel_queue, worker_confusions
+from crowdspark.pipeline.quality import relabel_queue
 from crowdspark.models.base import Model as Kernel
+from crowdspark.models.base import checked_worker_table, worker_confusion
 from crowdspark.quality import ITEM_COLUMNS, average_confusion, with_item_quality
 from crowdspark.validation import check_choice
 
@@ -212,13 +213,13 @@ def _quality_confusion(model: CrowdAggregatorModel) -> np.ndarray | None:
     workers', as in the fitted item table); ``None`` when the model was fitted without the quality signals."""
     if "quality" not in (model._summary or {}):
         return None
-    table = _saved_worker_table(model) if not model.initStats else model.kernel.worker_table(model.globalParams,
-                                                                                             model.initStats)
+    table = (_saved_worker_table(model) if not model.initStats
+             else checked_worker_table(model.kernel, model.globalParams, model.initStats))
     if table is None:
         log.warning("the model was saved without its fit's statistics or worker table: transform adds no quality "
                     "columns; fit again, or use model.items")
         return None
-    confusion, _ = worker_confusions(table, model.kernel.n_classes)
+    confusion = worker_confusion(table, model.kernel.n_classes)
     return average_confusion(confusion, table["n_labels"])
 
 

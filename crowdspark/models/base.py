@@ -14,7 +14,9 @@ A model is a small, frozen, picklable object holding its hyperparameters and the
 * ``next_stage(params) -> params or None``: driver, when a stage of the fit has converged (a model whose
   fit has several stages opens the next one; most models have one).
 * ``finish_block(block, state, params) -> ItemResult``: final per-item results, on executors.
-* ``worker_table(params, stats) -> dict``: final per-worker results, on the driver (size K, never I).
+* ``worker_table(params, stats) -> dict``: final per-worker results, on the driver (size K, never I): at least
+  ``n_labels`` and the worker's skill as ``confusion`` (K, C, C) or ``accuracy`` (K,), which is what the
+  pipeline reads (:meth:`Model.worker_confusion`; :func:`checked_worker_table` holds a model to it).
 
 ``state`` is per-item data that stays with its block between sweeps (``None`` when a model has none);
 ``params`` are the global parameters (arrays whose size depends on K, C and H only), broadcast each sweep;
@@ -30,6 +32,7 @@ statistics an incremental run carries from night to night, :mod:`crowdspark.engi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -37,11 +40,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from crowdspark.block import Block
+from crowdspark.errors import ModelContractError
+from crowdspark.models.common import one_coin_confusion
 from crowdspark.stats import Stats
 from crowdspark.validation import check_at_most, coerce_fields
 
 __all__ = ["RUN_BOUNDS", "MAX_SWEEPS", "Model", "ItemResult", "Update", "State", "Schedule", "Preset", "LevelModel",
-           "Footprint", "no_worker_start"]
+           "Footprint", "no_worker_start", "WORKER_SKILL", "QUICK_SETTINGS", "worker_confusion",
+           "checked_worker_table"]
 
 State = dict[str, np.ndarray] | None
 
@@ -64,6 +70,10 @@ RUN_BOUNDS: dict[str, tuple[int, str]] = {
 }
 #: the largest number of sweeps a sampler's settings may add up to (``burn_in + thin * n_samples``)
 MAX_SWEEPS = 1_000_000
+#: the columns of a worker table that give a worker's skill; every worker table has at least one of them
+WORKER_SKILL = ("confusion", "accuracy")
+#: the settings of a quick fit (:meth:`Model.quick_settings`), applied where a model has the field
+QUICK_SETTINGS: dict[str, int] = {"max_iter": 15, "burn_in": 5, "n_samples": 8}
 
 
 @dataclass(frozen=True)
@@ -279,8 +289,22 @@ class Model:
         raise NotImplementedError
 
     def worker_table(self, params: Any, init_stats: Stats) -> dict[str, np.ndarray]:
-        """Per-worker columns (each of length K), e.g. ``n_labels``, ``confusion`` (K, C, C), ``accuracy``."""
+        """Per-worker columns, each with K rows: ``n_labels`` (K,), the worker's skill as ``confusion``
+        (K, C, C), ``accuracy`` (K,) or both (:data:`WORKER_SKILL`), NaN for a worker the model has no estimate
+        of, then any columns of the model's own."""
         raise NotImplementedError
+
+    def worker_confusion(self, table: dict[str, np.ndarray]) -> np.ndarray:
+        """Each worker's confusion matrix (K, C, C) from this model's :meth:`worker_table`: what the quality
+        signals, the relabel queue and the report read (:func:`worker_confusion`)."""
+        return worker_confusion(table, self.n_classes)  # type: ignore[attr-defined]
+
+    @classmethod
+    def quick_settings(cls) -> dict[str, Any]:
+        """Settings for a quick fit of this model that still exercises every kernel: what the conformance tests
+        and smoke runs use.  Default: :data:`QUICK_SETTINGS` where the model has the field."""
+        names = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+        return {key: value for key, value in QUICK_SETTINGS.items() if key in names}
 
     def export_params(self, params: Any) -> dict[str, np.ndarray]:
         """The fitted global parameters a saved model keeps (:mod:`crowdspark.io.saved_model`): what
@@ -453,3 +477,44 @@ class LevelModel(Model):
         """Model-specific columns of the selection table for this H: the :attr:`extra_level_criteria` and
         descriptions of the fitted levels (``evidence`` is the sum of :meth:`evidence_block`)."""
         return {}
+
+
+def worker_confusion(table: dict[str, np.ndarray], n_classes: int) -> np.ndarray:
+    """Each worker's confusion matrix (K, C, C): the table's ``confusion`` when it has one, else the one-coin
+    matrix of its ``accuracy`` (:func:`crowdspark.models.common.one_coin_confusion`).
+
+    Parameters
+    ----------
+    table : dict of str to ndarray, or DataFrame
+        A worker table (:meth:`Model.worker_table`, or one read back from a run's ``workers/``).
+    n_classes : int
+    """
+    if "confusion" in table:
+        return np.asarray(table["confusion"], dtype=np.float64)
+    return one_coin_confusion(np.asarray(table["accuracy"], dtype=np.float64), n_classes)
+
+
+def checked_worker_table(model: Model, params: Any, init_stats: Stats) -> dict[str, np.ndarray]:
+    """``model.worker_table(params, init_stats)``, held to the protocol: ``n_labels`` (K,) and at least one of
+    :data:`WORKER_SKILL` of the right shape, every column with K rows.
+
+    Raises
+    ------
+    ModelContractError
+        Naming the model and the column that breaks the protocol.
+    """
+    table = model.worker_table(params, init_stats)
+    k, c = model.n_workers, model.n_classes  # type: ignore[attr-defined]
+    shapes = {"n_labels": (k,), "confusion": (k, c, c), "accuracy": (k,)}
+    where = f"the worker table of {type(model).__name__} ({model.name!r})"
+    if "n_labels" not in table or not any(key in table for key in WORKER_SKILL):
+        raise ModelContractError(
+            f"{where} has the columns {sorted(table)}; every worker table needs 'n_labels' and at least one of "
+            f"{list(WORKER_SKILL)} (crowdspark.models.base.Model.worker_table): add them to its worker_table")
+    for key, value in table.items():
+        shape = np.shape(value)
+        expected = shapes.get(key)
+        if (expected is not None and shape != expected) or not shape or shape[0] != k:
+            raise ModelContractError(f"{where}: column {key!r} has shape {shape}, expected "
+                                     f"{expected or f'{k} rows (one per worker)'}")
+    return table

@@ -27,6 +27,7 @@ __all__ = [
     "normalize_log",
     "shifted_exp",
     "normalize_rows",
+    "one_coin_confusion",
 ]
 
 
@@ -348,3 +349,13 @@ def normalize_rows(counts: np.ndarray, pseudo: float | np.ndarray = 0.0) -> np.n
 def tie_uniforms(block: Block, seed: int, sweep: int = 0, stream: int = 0) -> np.ndarray:
     """Per-item uniforms for breaking ties (see :mod:`crowdspark.rng`)."""
     return uniforms(seed, sweep, block.item_keys, stream)
+
+
+def one_coin_confusion(accuracy: np.ndarray, n_classes: int) -> np.ndarray:
+    """Confusion matrices (K, C, C) of workers right with probability ``accuracy`` (K,) and otherwise giving
+    any other class alike."""
+    accuracy = np.asarray(accuracy, dtype=np.float64)
+    off = (1.0 - accuracy) / max(n_classes - 1, 1)
+    out = np.broadcast_to(off[:, None, None], (accuracy.shape[0], n_classes, n_classes)).copy()
+    out[:, np.arange(n_classes), np.arange(n_classes)] = accuracy[:, None]
+    return out

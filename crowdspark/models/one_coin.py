@@ -22,10 +22,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from crowdspark.io.worker_table import one_coin_confusion
 from crowdspark.models.base import Preset, Schedule, Update
 from crowdspark.models.dawid_skene import DawidSkene
-from crowdspark.models.common import normalize_rows
+from crowdspark.models.common import normalize_rows, one_coin_confusion
 from crowdspark.stats import Stats
 from crowdspark.validation import check_choice
 

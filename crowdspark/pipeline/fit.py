@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from crowdspark import __version__
@@ -26,11 +27,11 @@ from crowdspark.io.saved_model import SavedModel, worker_index_map
 from crowdspark.io.tables import item_schema, worker_frame
 from crowdspark.io.worker_table import WorkerTable
 from crowdspark.metrics import metrics_from_stats
-from crowdspark.models.base import Model, no_worker_start
+from crowdspark.models.base import Model, checked_worker_table, no_worker_start
 from crowdspark.models.registry import build_model, model_class, model_parameters
 from crowdspark.pipeline.prepare import Prepared
 from crowdspark.pipeline.progress import progress
-from crowdspark.pipeline.quality import quality_on, quality_summary, relabel_fold, worker_confusions, worker_quality
+from crowdspark.pipeline.quality import quality_on, quality_summary, relabel_fold, worker_quality
 from crowdspark.pipeline.summary import gold_split_report, run_summary
 from crowdspark.pipeline.tasks import block_item_batch, evaluate_block, finish_with_quality
 from crowdspark.quality import ITEM_COLUMNS, average_confusion
@@ -307,8 +308,8 @@ class Fitted:
         to_batch = partial(block_item_batch, classes=self.encoding.classes, extras=self.item_extras)
         fn = partial(finish_fn, self.model)
         if self.quality is not None:
-            table = self.model.worker_table(self.params, self.result.init_stats)
-            confusion, _ = worker_confusions(table, self.encoding.n_classes)
+            table = self.worker_columns()
+            confusion = self.model.worker_confusion(table)
             fn = partial(finish_with_quality, self.model, average_confusion(confusion, table["n_labels"]))
         return fn, to_batch
 
@@ -330,9 +331,14 @@ class Fitted:
         return self.prepared.engine.write_items(fn, self.params, to_batch, item_schema(self.item_extras), directory,
                                                 head)
 
+    def worker_columns(self) -> dict[str, np.ndarray]:
+        """The model's worker table (:func:`crowdspark.models.base.checked_worker_table`), each column with K
+        rows."""
+        return checked_worker_table(self.model, self.params, self.result.init_stats)
+
     def workers(self) -> pd.DataFrame:
         """The worker table (size K: it lives on the driver)."""
-        table = self.model.worker_table(self.params, self.result.init_stats)
+        table = self.worker_columns()
         if self.quality is not None:
             table = {**table, **worker_quality(self.quality, self.spammer_threshold)}
         return worker_frame(self.encoding.workers, table)

@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crowdspark.config import RunConfig
-from crowdspark.io.worker_table import one_coin_confusion
 from crowdspark.quality import (
     alpha_from_stats,
     calibration_from_stats,
@@ -29,7 +28,6 @@ __all__ = [
     "RELABEL_SCHEMA",
     "RELABEL_ORDER",
     "quality_on",
-    "worker_confusions",
     "worker_quality",
     "quality_summary",
     "relabel_queue",
@@ -50,14 +48,6 @@ def quality_on(config: RunConfig) -> bool:
     """Whether the run computes its quality signals: ``quality.enabled``, and not an incremental night (whose
     tables merge carried items written without them; docs/decisions.md, "Quality statistics")."""
     return config.quality.enabled and config.incremental.mode == "off"
-
-
-def worker_confusions(table: dict[str, np.ndarray], n_classes: int) -> tuple[np.ndarray, str]:
-    """Each worker's confusion matrix (K, C, C) and where it comes from: the model's ``confusion`` when its
-    worker table has one, else the one-coin matrix of its ``accuracy`` (:func:`crowdspark.io.worker_table.one_coin_confusion`)."""
-    if "confusion" in table:
-        return np.asarray(table["confusion"], dtype=np.float64), "confusion"
-    return one_coin_confusion(table["accuracy"], n_classes), "accuracy"
 
 
 def worker_quality(stats: Stats, threshold: float) -> dict[str, np.ndarray]:

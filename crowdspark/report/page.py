@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from crowdspark.io.worker_table import one_coin_confusion
+from crowdspark.models.common import one_coin_confusion
 from crowdspark.report import figures, generator_meta
 from crowdspark.report.facts import Histogram, RunFacts
 
