@@ -402,7 +402,7 @@ def spark_fit(spark, path: str, name: str, params: dict[str, Any], partitions: i
     median iteration is for an iterative model)."""
     from crowdspark.config import InputConfig
     from crowdspark.engine.loop import fit
-    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.engine.spark.engine import SparkEngine
     from crowdspark.io.spark_reader import block_rdd, prepare_labels_spark, read_spark_frame
     from crowdspark.models.registry import build_model
     from crowdspark.pipeline.fit import evaluate

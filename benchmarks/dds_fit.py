@@ -26,7 +26,7 @@ from benchmarks.common import ds_dataset, machine, spark_session
 from crowdspark.config import InputConfig, RunConfig
 from crowdspark.engine.local import LocalEngine
 from crowdspark.engine.loop import _init
-from crowdspark.engine.spark import SparkEngine
+from crowdspark.engine.spark.engine import SparkEngine
 from crowdspark.io.pandas_reader import prepare_labels
 from crowdspark.io.spark_reader import block_rdd, prepare_labels_spark, read_spark_frame
 from crowdspark.pipeline.fit import fit_configured

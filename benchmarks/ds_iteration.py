@@ -22,7 +22,7 @@ import pandas as pd
 from benchmarks.common import ds_dataset, machine, median, spark_session, timed_fit
 from crowdspark.config import InputConfig
 from crowdspark.engine.local import LocalEngine
-from crowdspark.engine.spark import SparkEngine
+from crowdspark.engine.spark.engine import SparkEngine
 from crowdspark.io.pandas_reader import prepare_labels
 from crowdspark.io.spark_reader import block_rdd, prepare_labels_spark, read_spark_frame
 from crowdspark.models.dawid_skene import DawidSkene

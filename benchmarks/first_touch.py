@@ -28,7 +28,7 @@ _CHILD = r"""
 import hashlib, json, os, resource, sys, tempfile, time
 import numpy as np
 from crowdspark.block import blocks_from_codes
-from crowdspark.engine.resident import read_block, write_block
+from crowdspark.engine.spark.resident import read_block, write_block
 from crowdspark.models.common import incidence
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.quality import item_quality

@@ -29,7 +29,7 @@ from benchmarks.common import ds_dataset, machine, median, spark_session, timed_
 from crowdspark.models.registry import build_model
 from crowdspark.config import InputConfig
 from crowdspark.engine.local import LocalEngine
-from crowdspark.engine.spark import SparkEngine
+from crowdspark.engine.spark.engine import SparkEngine
 from crowdspark.io.pandas_reader import prepare_labels
 from crowdspark.io.spark_reader import block_rdd, prepare_labels_spark, read_spark_frame
 from crowdspark.pipeline.prepare import local_blocks

@@ -51,7 +51,7 @@ def wawa_costs(spark, path: str, repeats: int) -> tuple[dict[str, list[float]], 
     """Seconds of wawa's jobs and of jobs that do nothing, alternated; and the engine's blocks' model."""
     from crowdspark.config import InputConfig
     from crowdspark.engine.loop import _init, fit
-    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.engine.spark.engine import SparkEngine
     from crowdspark.io.spark_reader import block_rdd, prepare_labels_spark, read_spark_frame
     from crowdspark.models.registry import build_model
     from crowdspark.pipeline.fit import evaluate

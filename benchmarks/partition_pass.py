@@ -4,7 +4,7 @@
     .venv/bin/python -m benchmarks.partition_pass --labels 10000000 --old ../base --repeats 3
     .venv/bin/python -m benchmarks.partition_pass --labels 10000000 --old ../base --steps
 
-One partition of the one-pass reader (:func:`crowdspark.io.spark_blocks._partition_pass`) as Spark hands it
+One partition of the one-pass reader (:func:`crowdspark.engine.spark.blocks._partition_pass`) as Spark hands it
 over: ``1 / --parts`` of the rows of the synthetic Dawid-Skene file (``benchmarks.common.ds_dataset``), in a
 random order, in Arrow batches of 200k rows, with a ``truth`` column (gold on a third of the items) unless
 ``--no-gold``.  Each tree's pass runs in its own process (``PYTHONPATH`` = the tree), the trees alternate
@@ -28,7 +28,7 @@ from benchmarks.common import ROOT, ds_dataset, machine
 _CHILD = r"""
 import hashlib, json, pickle, sys, time
 import numpy as np, pyarrow as pa, pyarrow.parquet as pq
-from crowdspark.io.spark_blocks import _partition_pass
+from crowdspark.engine.spark.blocks import _partition_pass
 
 path, parts, gold = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 table = pq.read_table(path)
@@ -63,7 +63,7 @@ _STEPS = _CHILD.split("cpu, wall = time.process_time()")[0] + r"""
 import tempfile
 import pyarrow.compute as pc
 from crowdspark.block import _sorted_rows, blocks_from_codes
-from crowdspark.engine.resident import spill
+from crowdspark.engine.spark.resident import spill
 from crowdspark.io.rules import sorted_codes
 from crowdspark.rng import item_keys
 
@@ -117,7 +117,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--labels", type=int, default=10_000_000)
     parser.add_argument("--parts", type=int, default=4, help="partitions of the file (the pass sees one)")
-    parser.add_argument("--old", required=True, help="the other tree (with crowdspark/io/spark_blocks.py)")
+    parser.add_argument("--old", required=True, help="the other tree (with crowdspark/engine/spark/blocks.py)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-gold", action="store_true")
     parser.add_argument("--steps", action="store_true", help="time the pass's steps one by one instead")

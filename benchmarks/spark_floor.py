@@ -8,7 +8,7 @@ alternated ``--repeats`` times:
 
 - ``floor``: ``spark-submit --master local[2] --driver-memory 8g`` of this module with ``--job``: it builds the
   session as crowdspark does, reads the labels' three columns in the splits crowdspark's pass reads
-  (:func:`crowdspark.io.spark_blocks.one_wave_reads`), shuffles them by item into as many partitions as a
+  (:func:`crowdspark.engine.spark.blocks.one_wave_reads`), shuffles them by item into as many partitions as a
   crowdspark run uses, hands every partition to a Python task as Arrow batches (``mapInArrow``) that
   only counts the rows, collects the counts, and stops the session: no validation, no block, no fit, no output.
 - ``spark``: crowdspark's Spark run of the same file (Dawid-Skene, ``--iterations``, ``tol = 0``, the
@@ -47,7 +47,7 @@ def _count_rows(batches):
 
 def floor_job(labels: str) -> dict[str, float]:
     """Seconds of each step of the floor (run inside ``spark-submit``)."""
-    from crowdspark.io.spark_blocks import one_wave_reads
+    from crowdspark.engine.spark.blocks import one_wave_reads
     from crowdspark.pipeline.prepare import default_partitions, footer_row_count
     from crowdspark.spark_session import build_session
 

@@ -3,7 +3,9 @@
 See the README for the command line, and :mod:`crowdspark.api` for the pandas API.
 """
 
-__version__ = "0.2.0.dev0"
+from crowdspark.version import __version__
+
+__all__ = ["__version__", "read_items"]
 
 
 def read_items(output: str, spark=None, folder: str = "items"):

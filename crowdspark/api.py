@@ -56,7 +56,8 @@ from crowdspark.io.rules import order_classes
 from crowdspark.io.worker_table import WorkerTable, worker_table_from_frame
 from crowdspark.label_metrics import alpha as krippendorff_alpha, label_probabilities
 from crowdspark.models.registry import MODELS, check_params, hyperparameters, model_class
-from crowdspark.pipeline import RunOptions, RunResult, aggregate_frames
+from crowdspark.pipeline.fit import RunOptions
+from crowdspark.pipeline.run import RunResult, aggregate_frames
 from crowdspark.pipeline.quality import relabel_queue
 from crowdspark.quality import entropy
 from crowdspark.validation import check_choice, check_float

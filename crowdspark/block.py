@@ -10,14 +10,15 @@ classes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from crowdspark.rng import item_keys as _item_keys
 from crowdspark.rng import named_uniforms
 
-__all__ = ["Block", "GoldSplit", "build_blocks", "blocks_from_codes", "block_counts", "DEFAULT_MAX_BLOCK_LABELS"]
+__all__ = ["Block", "GoldSplit", "build_blocks", "blocks_from_codes", "block_counts", "remap_block",
+           "DEFAULT_MAX_BLOCK_LABELS"]
 
 DEFAULT_MAX_BLOCK_LABELS = 2_000_000
 
@@ -277,3 +278,25 @@ def block_counts(block: Block) -> dict[str, np.ndarray]:
         "n_gold_items": np.array(int(np.count_nonzero(block.truth >= 0)), dtype=np.int64),
         "n_fixed_items": np.array(int(np.count_nonzero(block.fixed >= 0)), dtype=np.int64),
     }
+
+
+def remap_block(block: Block, worker_map: np.ndarray, class_map: np.ndarray) -> Block:
+    """``block`` with its partition codes replaced by the run's (labels re-sorted within an item when the
+    class map does not keep their order).
+
+    Parameters
+    ----------
+    block : Block
+        Codes into its partition's dictionaries.
+    worker_map, class_map : ndarray of int32, shapes (K_p,) and (C_p,)
+        The run's code of each partition code.
+    """
+    worker = worker_map[block.worker]
+    label = class_map[block.label]
+    item_of_label = block.item_of_label
+    if not bool(np.all(np.diff(class_map) > 0)):
+        order = _label_order(item_of_label, worker, label, block.n_items)
+        item_of_label, worker, label = item_of_label[order], worker[order], label[order]
+    truth = np.where(block.truth >= 0, class_map[np.maximum(block.truth, 0)], -1).astype(np.int32)
+    fixed = np.where(block.fixed >= 0, class_map[np.maximum(block.fixed, 0)], -1).astype(np.int32)
+    return replace(block, worker=worker, label=label, item_of_label=item_of_label, truth=truth, fixed=fixed)

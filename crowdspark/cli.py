@@ -14,7 +14,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from crowdspark import __version__
+from crowdspark.version import __version__
 from crowdspark.errors import (
     EXIT_BAD_INPUT,
     EXIT_FAILURE,
@@ -111,7 +111,8 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
     """Run ``aggregate`` with parsed arguments; returns the summary.  Starts Spark only if needed."""
     from crowdspark.config import load_config
     from crowdspark.io.runs import parse_as_of
-    from crowdspark.pipeline import aggregate, needs_spark, preflight
+    from crowdspark.pipeline.run import aggregate, preflight
+    from crowdspark.pipeline.source import needs_spark
 
     config = load_config(args.config, args.overrides, algorithm=args.algorithm, seed=args.seed, engine_name=args.engine)
     as_of = parse_as_of(args.as_of) if args.as_of else None

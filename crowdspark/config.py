@@ -22,7 +22,6 @@ from typing import Any
 import tomllib
 
 from crowdspark.block import GoldSplit
-from crowdspark.engine.memory import parse_bytes
 from crowdspark.errors import ConfigError
 from crowdspark.models.registry import (
     ALGORITHMS,
@@ -37,6 +36,7 @@ from crowdspark.validation import (
     check_int,
     coerce_fields,
     did_you_mean,
+    parse_bytes,
 )
 
 __all__ = [

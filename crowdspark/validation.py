@@ -12,6 +12,7 @@ import difflib
 import functools
 import math
 import numbers
+import re
 import typing
 from collections.abc import Iterable
 from dataclasses import fields
@@ -20,7 +21,7 @@ from typing import Any
 from crowdspark.errors import ConfigError
 from crowdspark.faces import display_key
 
-__all__ = ["check_int", "check_float", "check_choice", "check_bool", "check_at_most", "coerce", "coerce_fields",
+__all__ = ["parse_bytes", "check_int", "check_float", "check_choice", "check_bool", "check_at_most", "coerce", "coerce_fields",
            "did_you_mean"]
 
 
@@ -134,3 +135,21 @@ def did_you_mean(value: str, known: Iterable[str]) -> str:
     by_lower = {k.lower(): k for k in known}
     close = difflib.get_close_matches(value.lower(), list(by_lower), n=1)
     return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+
+
+#: binary size units of :func:`parse_bytes`
+_BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_bytes(name: str, value: Any) -> int:
+    """A size in bytes from ``4g``, ``512m``, ``1.5GiB``, ``4000000000`` (binary units: k = 1024), or
+    ConfigError naming ``name``."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} must be a size such as \"4g\" or \"512m\", but got {value!r}")
+    if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
+        return int(value)
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", str(value), flags=re.IGNORECASE)
+    if not match:
+        raise ConfigError(f"{name} must be a size such as \"4g\" or \"512m\" (k, m, g, t: powers of 1024), "
+                          f"but got {value!r}")
+    return int(float(match.group(1)) * _BYTE_UNITS[match.group(2).lower()])

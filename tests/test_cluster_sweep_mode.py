@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdspark.engine.spark import static_choice
+from crowdspark.engine.spark.engine import static_choice
 from crowdspark.errors import ConfigError
 from tests.helpers import DATA, frames_to_blocks
 
@@ -48,7 +48,7 @@ def test_sessions_asked_for_with_dynamic_allocation_on_a_cluster_are_a_config_er
 
 @pytest.mark.spark
 def test_the_probe_passes_when_tasks_reach_the_driver_and_says_why_when_they_cannot(spark):
-    from crowdspark.engine.session import probe
+    from crowdspark.engine.spark.session import probe
 
     assert probe(spark.sparkContext, 2, LOOPBACK, LOOPBACK, seconds=5) is None
     reason = probe(spark.sparkContext, 2, ELSEWHERE, LOOPBACK, seconds=2)
@@ -59,7 +59,7 @@ def test_the_probe_passes_when_tasks_reach_the_driver_and_says_why_when_they_can
 
 def _ds_on_spark(spark, engine_options: dict, addresses: tuple[str, str] | None, monkeypatch):
     """A DS fit on the Spark engine as on a cluster (the choice left to the probe), and on the local engine."""
-    from crowdspark.engine import spark as spark_engine
+    from crowdspark.engine.spark import engine as spark_engine
     from crowdspark.engine.local import LocalEngine
     from crowdspark.engine.loop import fit
     from crowdspark.models.dawid_skene import DawidSkene
@@ -86,7 +86,7 @@ def _ds_on_spark(spark, engine_options: dict, addresses: tuple[str, str] | None,
 
 @pytest.mark.spark
 def test_tasks_that_cannot_reach_the_driver_make_the_run_use_jobs_and_say_why(spark, monkeypatch, caplog):
-    with caplog.at_level(logging.WARNING, logger="crowdspark.engine.spark"):
+    with caplog.at_level(logging.WARNING, logger="crowdspark.engine.spark.engine"):
         report = _ds_on_spark(spark, {}, (LOOPBACK, ELSEWHERE), monkeypatch)
     assert report["sweep_mode"]["requested"] == "auto"
     assert report["sweep_mode"]["chosen"] == "jobs"

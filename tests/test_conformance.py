@@ -145,7 +145,7 @@ def test_clamped_items_keep_their_gold_label(frames, name):
 @pytest.mark.spark
 @pytest.mark.parametrize("name", algorithm_names())
 def test_spark_engine_gives_the_local_answer_on_1_and_3_partitions(spark, frames, name):
-    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.engine.spark.engine import SparkEngine
 
     blocks, enc = frames_to_blocks(*frames, max_labels=500)
     local = answers(name, blocks, enc)

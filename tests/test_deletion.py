@@ -603,7 +603,7 @@ def _stateful_states(engine_factory, blocks):
 def _states_by_key(engine) -> dict:
     if engine.name == "local":
         return {str(b.item_ids[0]): s for b, s in zip(engine.blocks, engine.states)}
-    from crowdspark.engine.spark import _keyed_state
+    from crowdspark.engine.spark.engine import _keyed_state
 
     return dict(engine._current.map(_keyed_state).collect())
 
@@ -616,7 +616,7 @@ def test_block_states_round_trip_on_both_engines(request, tmp_path, engine_name)
     if engine_name == "local":
         factory = LocalEngine
     else:
-        from crowdspark.engine.spark import SparkEngine
+        from crowdspark.engine.spark.engine import SparkEngine
 
         spark = request.getfixturevalue("spark")
 
@@ -664,8 +664,8 @@ def _fake_spill(root: Path, name: str, **fields) -> Path:
 def test_spill_folders_are_private_marked_removed_and_stale_ones_cleaned(spark, tmp_path, monkeypatch):
     import tempfile
 
-    from crowdspark.engine.resident import read_block
-    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.engine.spark.resident import read_block
+    from crowdspark.engine.spark.engine import SparkEngine
 
     assert spark.sparkContext.getConf().get("spark.local.dir") is None  # spill folders go to gettempdir()
     monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
@@ -701,7 +701,7 @@ def test_spill_folders_are_private_marked_removed_and_stale_ones_cleaned(spark, 
 
 
 def test_an_executor_on_another_machine_marks_its_spill_folder_and_cleans_gone_ones(tmp_path):
-    from crowdspark.engine.resident import SPILL_PREFIX, spill
+    from crowdspark.engine.spark.resident import SPILL_PREFIX, spill
 
     host = socket.gethostname()
     dead = _fake_spill(tmp_path, "dead", pid=_dead_pid(), host=host)

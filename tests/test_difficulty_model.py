@@ -377,7 +377,7 @@ def test_invalid_parameters_are_rejected(fields, message):
 def test_spark_engine_gives_the_local_answer_on_any_partitioning(spark):
     import pickle
 
-    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.engine.spark.engine import SparkEngine
 
     blocks, enc = load_dataset("temp", max_labels=300)
     model = DifficultyDawidSkene(enc.n_workers, enc.n_classes, n_levels=2, max_iter=30)

@@ -124,7 +124,7 @@ def _damped_em_local_and_spark(spark, max_iter: int, **engine_options):
     """DampedEM fitted on the local engine and on the Spark engine (3 partitions); results per item."""
     import pickle
 
-    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.engine.spark.engine import SparkEngine
 
     blocks, enc = frames_to_blocks(pd.read_csv(DATA / "rte" / "labels.csv", dtype=str), max_labels=1000)
     model = DampedEM(enc.n_workers, enc.n_classes, max_iter=max_iter, tol=0.0)
@@ -200,7 +200,7 @@ def _ds_fit(engine, enc, max_iter=6):
 
 @pytest.mark.parametrize("partitions", [1, 2, 5])
 def test_sweep_session_equals_one_job_per_sweep_and_the_local_engine(spark, partitions):
-    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.engine.spark.engine import SparkEngine
 
     blocks, enc = frames_to_blocks(pd.read_csv(DATA / "rte" / "labels.csv", dtype=str), max_labels=700)
     local = _ds_fit(LocalEngine(blocks), enc)
@@ -221,7 +221,7 @@ def test_sweep_session_equals_one_job_per_sweep_and_the_local_engine(spark, part
 
 
 def test_sweep_session_survives_a_task_failure(spark):
-    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.engine.spark.engine import SparkEngine
 
     blocks, enc = frames_to_blocks(pd.read_csv(DATA / "temp" / "labels.csv", dtype=str), max_labels=500)
     clean = _ds_fit(LocalEngine(blocks), enc)
@@ -310,7 +310,7 @@ def test_sessions_regroup_blocks_one_by_one(spark):
     """More partitions than session tasks: elements are dealt one by one, (p + j) % tasks, so every task gets
     the same number of blocks (PySpark's coalesce(shuffle=True) moves batches of elements and can put all of
     them on one task)."""
-    from crowdspark.engine.spark import _regroup
+    from crowdspark.engine.spark.engine import _regroup
 
     rdd = spark.sparkContext.parallelize(range(24), 4)
     parts = _regroup(rdd, 2).glom().collect()
@@ -325,8 +325,8 @@ def test_session_refuses_a_reply_to_another_request():
     statistics added to the sweep."""
     import socket
 
-    from crowdspark.engine.session import SessionError, _exchange
-    from crowdspark.engine.session_net import Channel, channel_keys, encode, new_key
+    from crowdspark.engine.spark.session import SessionError, _exchange
+    from crowdspark.engine.spark.session_net import Channel, channel_keys, encode, new_key
 
     key, hello, nonce = new_key(), bytes(16), bytes(16)
     driver_sock, task_sock = socket.socketpair()
@@ -351,7 +351,7 @@ def test_a_stateful_session_whose_states_are_lost_after_its_sweeps_runs_again(sp
     """The first session's job fails after its sweeps (as when an executor holding its result dies before the
     result is checkpointed): the engine runs a new session on the same elements, replays the sweeps, and
     the fit ends with the local engine's answer (not with the session's first states)."""
-    from crowdspark.engine.session import SweepSession
+    from crowdspark.engine.spark.session import SweepSession
 
     real_failed = SweepSession.failed
     lost: list[SweepSession] = []
@@ -371,7 +371,7 @@ def test_a_stateful_session_whose_states_are_lost_after_its_sweeps_runs_again(sp
 def test_a_run_of_one_pass_models_on_a_cluster_never_probes_and_says_why(spark, monkeypatch):
     """wawa fits in one Spark job: on a cluster master (where only a probe decides the sweep mode) no probe
     runs, no mode is chosen, and the report says why, not that nothing ran."""
-    from crowdspark.engine import spark as spark_engine
+    from crowdspark.engine.spark import engine as spark_engine
     from crowdspark.models.wawa import Wawa
 
     monkeypatch.setattr(spark_engine, "static_choice", lambda *args: None)  # as on a cluster master
@@ -397,7 +397,7 @@ def _evaluate_pass(engine, model, params):
 
 @pytest.mark.parametrize("algorithm", ["ds", "idbla-cvb0"])
 def test_a_held_session_serves_the_evaluation_and_ends_with_its_scope(spark, algorithm):
-    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.engine.spark.engine import SparkEngine
     from crowdspark.models.registry import build_model
 
     frame = pd.read_csv(DATA / "rte" / "labels.csv", dtype=str)

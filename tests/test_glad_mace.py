@@ -184,7 +184,7 @@ def test_glads_defaults_ignore_the_crowd_kit_rule_s_state():
     ({"preset": "crowd-kit"}, None),
 ])
 def test_glads_crowd_kit_rules_give_the_local_answer_on_spark(spark, params, sweeps):
-    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.engine.spark.engine import SparkEngine
 
     blocks, enc = load_dataset("music_genre", 500)
     assert len(blocks) > 3

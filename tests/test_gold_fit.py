@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from crowdspark.block import GoldSplit, build_blocks
-from crowdspark.engine.resident import read_block, write_block
+from crowdspark.engine.spark.resident import read_block, write_block
 from crowdspark.rng import item_keys, uniforms
 from tests.helpers import DATA, frames_to_blocks
 

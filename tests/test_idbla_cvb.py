@@ -395,7 +395,7 @@ def test_adaptive_damping_stops_the_oscillation_on_bluebird() -> None:
 @pytest.mark.spark
 @pytest.mark.parametrize("n_partitions", [1, 3])
 def test_spark_engine_matches_local_engine(spark, rte, n_partitions) -> None:
-    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.engine.spark.engine import SparkEngine
 
     blocks = build_blocks(*_flatten(rte[0]), max_labels=1000)
     model = IdblaCvb(rte[1], rte[2], max_iter=12)

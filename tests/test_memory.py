@@ -19,13 +19,15 @@ import pandas as pd
 import pytest
 
 from crowdspark.config import load_config
-from crowdspark.engine import memory, session_net
+from crowdspark.engine import memory
+from crowdspark.engine.spark import session_net
 from crowdspark.engine.memory import (
-    ACCURACY, Budget, FitShape, check_configured, format_bytes, host_memory, memory_budget, parse_bytes,
+    ACCURACY, Budget, FitShape, check_configured, format_bytes, host_memory, memory_budget,
     predict_configured,
 )
-from crowdspark.engine.session_net import DropLog, SessionServer, new_key
+from crowdspark.engine.spark.session_net import DropLog, SessionServer, new_key
 from crowdspark.errors import ConfigError
+from crowdspark.validation import parse_bytes
 from crowdspark.models.base import RUN_BOUNDS
 from crowdspark.pipeline.fit import fit_prepared
 from crowdspark.pipeline.prepare import prepare_frames

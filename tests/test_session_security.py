@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from crowdspark.engine import session_net
-from crowdspark.engine.session_net import (
+from crowdspark.engine.spark import session_net
+from crowdspark.engine.spark.session_net import (
     MAX_FRAME_BYTES, Channel, FrameError, SessionError, SessionServer, channel_keys, connect, encode, new_key,
 )
 
@@ -430,7 +430,7 @@ def run_task(monkeypatch, address: tuple[str, int], key: bytes, stateful: bool =
     """The real barrier-task body against ``address``, with a stand-in for Spark's task context."""
     import pyspark
 
-    from crowdspark.engine.session import _session_task
+    from crowdspark.engine.spark.session import _session_task
 
     class Context:
         def partitionId(self) -> int:
@@ -563,8 +563,8 @@ def _temp_blocks():
 def test_sweep_session_serves_its_tasks_despite_intruders(spark, tmp_path):
     """The report's attacks on a real session: a pickle that would run code, a frame header claiming 2^62
     bytes, and a peer that connects and says nothing. None is deserialized, none stops the sweeps."""
-    from crowdspark.engine.session import SweepSession
-    from crowdspark.engine.spark import _with_empty_state
+    from crowdspark.engine.spark.session import SweepSession
+    from crowdspark.engine.spark.engine import _with_empty_state
 
     payload, marker = live_payload(tmp_path)
     blocks, _ = _temp_blocks()
@@ -586,8 +586,8 @@ def test_sweep_session_serves_its_tasks_despite_intruders(spark, tmp_path):
 
 @pytest.mark.spark
 def test_a_failure_of_the_session_server_fails_map_reduce(spark, monkeypatch):
-    from crowdspark.engine.session import SweepSession
-    from crowdspark.engine.spark import _with_empty_state
+    from crowdspark.engine.spark.session import SweepSession
+    from crowdspark.engine.spark.engine import _with_empty_state
 
     def broken(self, channel, partition, attempt_id):
         channel.close()
@@ -620,14 +620,14 @@ class _DriverOnTheLan:
 @pytest.mark.spark
 def test_a_session_on_a_local_master_listens_on_loopback_only(spark, caplog):
     """Even when ``spark.driver.host`` is a LAN address (192.0.2.1: documentation range, not this machine)."""
-    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.engine.spark.engine import SparkEngine
 
     blocks, _ = _temp_blocks()
     engine = SparkEngine(spark.sparkContext.parallelize(blocks, 2), sweep_mode="session")
     engine.sc = _DriverOnTheLan(engine.sc, "192.0.2.1")
     try:
         engine.begin_sweeps(stateful=False)
-        with caplog.at_level(logging.INFO, logger="crowdspark.engine.session"):
+        with caplog.at_level(logging.INFO, logger="crowdspark.engine.spark.session"):
             stats = within(60, lambda: engine.map_reduce(_count_labels, None, stateful=False))
         assert engine.session_report()["sessions"] == 1
     finally:
@@ -647,13 +647,13 @@ def test_a_session_on_a_local_master_listens_on_loopback_only(spark, caplog):
     ],
 )
 def test_session_addresses_are_the_narrowest_that_work(master, conf, expected):
-    from crowdspark.engine.spark import session_addresses
+    from crowdspark.engine.spark.engine import session_addresses
 
     assert session_addresses(master, conf) == expected
 
 
 def test_session_addresses_need_the_driver_host_on_a_cluster():
-    from crowdspark.engine.spark import session_addresses
+    from crowdspark.engine.spark.engine import session_addresses
     from crowdspark.errors import ConfigError
 
     with pytest.raises(ConfigError, match="spark.driver.host is not set on the master 'yarn'.*spark.sweep_mode=jobs"):

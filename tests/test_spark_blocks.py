@@ -1,4 +1,4 @@
-"""The one-pass Spark reader (crowdspark.io.spark_blocks) builds the local engine's blocks, and its errors."""
+"""The one-pass Spark reader (crowdspark.engine.spark.blocks) builds the local engine's blocks, and its errors."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from crowdspark.block import GoldSplit, build_blocks
 from crowdspark.io.rules import MAX_CLASSES, Encoding, order_classes
-from crowdspark.io.spark_blocks import (
+from crowdspark.engine.spark.blocks import (
     PartitionSummary,
     _partition_pass,
     _remap_partition,
@@ -94,7 +94,7 @@ def test_the_pass_and_the_remap_build_the_local_engines_blocks(classes_order):
 def test_spilled_blocks_are_remapped_when_a_worker_loads_them(tmp_path):
     """With a spill folder, the pass writes its blocks there and emits handles; the driver writes one remap file
     per partition, and loading a handle gives the block of the in-memory path; no pickled block is emitted."""
-    from crowdspark.engine.resident import BlockHandle, forget, make_spill_directory, resolve
+    from crowdspark.engine.spark.resident import BlockHandle, forget, make_spill_directory, resolve
 
     frame = _rte_with_gold()
     split = GoldSplit(fit_fraction=0.5, seed=3)
@@ -152,7 +152,7 @@ def test_the_footers_count_local_parquet_rows_and_anything_else_is_counted_by_sp
 
 @pytest.mark.spark
 def test_one_wave_reads_raise_the_split_size_only_when_nobody_set_it(spark, tmp_path):
-    from crowdspark.io.spark_blocks import LOCAL_MAX_SPLIT_BYTES, one_wave_reads
+    from crowdspark.engine.spark.blocks import LOCAL_MAX_SPLIT_BYTES, one_wave_reads
 
     key = "spark.sql.files.maxPartitionBytes"
     assert spark.conf.get(key) == "134217728b"  # Spark's default, as the session reports it
@@ -180,9 +180,9 @@ def test_one_wave_reads_raise_the_split_size_only_when_nobody_set_it(spark, tmp_
 @pytest.mark.spark
 @pytest.mark.parametrize("tasks", [1, 2, 3, 9])
 def test_handles_are_dealt_as_a_session_regroups_them(spark, tasks):
-    from crowdspark.engine.resident import BlockHandle
-    from crowdspark.engine.spark import _regroup
-    from crowdspark.io.spark_blocks import handle_rdd
+    from crowdspark.engine.spark.resident import BlockHandle
+    from crowdspark.engine.spark.engine import _regroup
+    from crowdspark.engine.spark.blocks import handle_rdd
 
     sizes = [3, 0, 2, 5, 1]
     partitions = [[BlockHandle(f"e/{p}-{j}", f"/x/{p}-{j}.npz") for j in range(n)] for p, n in enumerate(sizes)]

@@ -16,7 +16,7 @@ import pytest
 
 from crowdspark.config import load_config
 from crowdspark.engine.loop import finish_fn, fit
-from crowdspark.engine.spark import SparkEngine
+from crowdspark.engine.spark.engine import SparkEngine
 from crowdspark.io.tables import item_schema, remove_unfinished_parts, write_parquet_part
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.pipeline import aggregate

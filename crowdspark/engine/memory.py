@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import resource
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -40,7 +39,7 @@ from crowdspark.errors import ConfigError
 from crowdspark.faces import setting
 from crowdspark.models.base import Footprint, Model
 
-__all__ = ["FitShape", "Prediction", "Budget", "predict_fit", "host_memory", "memory_budget", "parse_bytes",
+__all__ = ["FitShape", "Prediction", "Budget", "predict_fit", "host_memory", "memory_budget",
            "check_fit_memory", "format_bytes", "configured_models", "predict_configured", "configured_budget",
            "check_configured", "PARAM_COPIES", "ONE_PASS_COPIES", "ITEM_COPIES", "LABEL_BYTES", "QUALITY_COPIES",
            "ACCURACY"]
@@ -62,7 +61,6 @@ ACCURACY = 2.0
 CELL = 8
 #: a limit at or above this many bytes means "no limit" (cgroup v1 writes 2**63 rounded to a page)
 _UNLIMITED = 1 << 60
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 @dataclass(frozen=True)
@@ -193,20 +191,6 @@ def predict_fit(model: Model, shape: FitShape, engine: str = "local", quality: b
     executor = host(block_items, block_labels, block_items)
     executor["params"] = int(2 * CELL * fp.params)  # the parameters received and the statistics returned
     return Prediction(sum(parts.values()), sum(executor.values()), engine, parts, drivers)
-
-
-def parse_bytes(name: str, value: Any) -> int:
-    """A size in bytes from ``4g``, ``512m``, ``1.5GiB``, ``4000000000`` (binary units: k = 1024), or
-    ConfigError naming ``name``."""
-    if isinstance(value, bool):
-        raise ConfigError(f"{name} must be a size such as \"4g\" or \"512m\", but got {value!r}")
-    if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
-        return int(value)
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", str(value), flags=re.IGNORECASE)
-    if not match:
-        raise ConfigError(f"{name} must be a size such as \"4g\" or \"512m\" (k, m, g, t: powers of 1024), "
-                          f"but got {value!r}")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
 def _read_limit(path: str) -> int | None:

@@ -36,7 +36,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 from urllib.parse import urlsplit
 
-from crowdspark import __version__
+from crowdspark.version import __version__
 from crowdspark.errors import ConfigError
 from crowdspark.io.files import Files, HadoopFiles, LocalFiles
 from crowdspark.io.paths import is_local, strip_file_scheme

@@ -31,7 +31,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from crowdspark import __version__
+from crowdspark.version import __version__
 from crowdspark.errors import InputError
 from crowdspark.io.datatree import DOCUMENT, tree_from_arrays, tree_to_bytes
 from crowdspark.io.files import Files, files_for

@@ -449,7 +449,7 @@ def prepare_gold_spark(frame, cfg: GoldConfig, classes: list[str] | None, source
     DataFrame with the column ``item``, joined only when some gold truth is outside ``classes``).
 
     ``classes = None``: the caller checks the gold classes of the labelled items itself (the one-pass
-    reader, :mod:`crowdspark.io.spark_blocks`)."""
+    reader, :mod:`crowdspark.engine.spark.blocks`)."""
     from pyspark.sql import functions as F
 
     cols = {"item": cfg.item, "truth": cfg.truth}

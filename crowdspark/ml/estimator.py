@@ -24,7 +24,8 @@ from crowdspark.ml.model import CrowdAggregatorModel
 from crowdspark.ml.params import SOURCE, CrowdParams, check_spark_frame, field_keys
 from crowdspark.models.registry import MODELS, check_params, hyperparameters
 from crowdspark.io.tables import item_schema
-from crowdspark.pipeline import Fitted, fit_frames
+from crowdspark.pipeline.fit import Fitted
+from crowdspark.pipeline.run import fit_frames
 from crowdspark.pipeline.small_frame import fit_small_frame
 from crowdspark.pipeline.summary import Timer
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from crowdspark import __version__
+from crowdspark.version import __version__
 from crowdspark.config import RunConfig
 from crowdspark.engine.base import Engine, ItemBatchFn, ItemFn, WrittenItems
 from crowdspark.engine.checkpoint import Checkpointer

@@ -3,7 +3,7 @@
 The pandas path (:func:`prepare_frames`) builds the blocks on the driver and holds them in a
 :class:`~crowdspark.engine.local.LocalEngine`; the Spark path (:func:`prepare_spark`) validates with Spark
 aggregations, builds the blocks on the executors and caches them in a
-:class:`~crowdspark.engine.spark.SparkEngine`.  Both apply the rules of :mod:`crowdspark.io.rules` and
+:class:`~crowdspark.engine.spark.engine.SparkEngine`.  Both apply the rules of :mod:`crowdspark.io.rules` and
 return the same :class:`Prepared`, so everything after this step is the same for every engine.
 """
 
@@ -277,11 +277,6 @@ def _labels_with_gold(labels, gold):
     return labels if gold is None else labels.join(gold.frame, on="item", how="left")
 
 
-def _unpersist(cached) -> None:
-    if cached is not None:
-        cached.unpersist()
-
-
 def _encoding(merged, config: RunConfig, source: str) -> Encoding:
     """The run's encoding from the merged partition summaries, or the input error they show (the checks and
     messages of :func:`crowdspark.io.spark_reader.prepare_labels_spark`, in the same order)."""
@@ -326,7 +321,7 @@ def prepare_spark(
     window: Window | None = None,
 ) -> Prepared:
     """Validate Spark DataFrames and cache their blocks in a Spark engine, in one pass over the labels
-    (:mod:`crowdspark.io.spark_blocks`).
+    (:mod:`crowdspark.engine.spark.blocks`).
 
     Parameters
     ----------
@@ -350,17 +345,7 @@ def prepare_spark(
     """
     from pyspark import StorageLevel
 
-    from crowdspark.engine.resident import remove_spill_directory
-    from crowdspark.engine.spark import SparkEngine, spill_target
-    from crowdspark.io.spark_blocks import (
-        collect_summaries,
-        handle_rdd,
-        merge_summaries,
-        remapped_blocks,
-        remapped_handles,
-        spilled_partitions,
-        summarized_blocks,
-    )
+    from crowdspark.engine.spark.blocks import BlockBuild
     from crowdspark.io.spark_reader import canonical_spark_frame, prepare_gold_spark, spark_input_errors
 
     timer = timer or Timer()
@@ -380,8 +365,7 @@ def prepare_spark(
         gold = prepare_gold_spark(gold_raw, config.gold, None, gold_source or "<DataFrame>")
     if cache:
         labels = labels.persist(StorageLevel.MEMORY_AND_DISK)
-    cached = None
-    spill_to = spill_target(spark.sparkContext, config.spark.resident_blocks)  # local master: blocks to disk at once
+    build = None
     try:
         with spark_input_errors("labels", labels_source):
             # local Parquet: its footers on the driver; a cached frame's count fills the cache
@@ -390,14 +374,9 @@ def prepare_spark(
             timer.lap("validate")
             log.info("reading, validating and grouping the labels at %s into blocks", labels_source)
             max_labels = config.engine.max_block_labels
-            frame, split = _labels_with_gold(labels, gold), config.gold.split()
-            if spill_to is None:
-                cached = summarized_blocks(frame, n_partitions, max_labels, split)
-                summaries = collect_summaries(cached)
-            else:  # the blocks go to the engine's spill files; the driver gets summaries and handles
-                partitions = spilled_partitions(frame, n_partitions, max_labels, split, spill_to)
-                summaries = [summary for summary, _ in partitions]
-            merged = merge_summaries(summaries)
+            build = BlockBuild(spark, _labels_with_gold(labels, gold), n_partitions, max_labels,
+                               config.gold.split(), config.spark.resident_blocks)
+            merged = build.merged
         labels.unpersist()  # a no-op when it was not cached
         enc = _selected(labels_source, selection, lambda: _encoding(merged, config, labels_source))
         log.info("%d labels, %d workers, %d classes", merged.rows, enc.n_workers, enc.n_classes)
@@ -406,36 +385,20 @@ def prepare_spark(
         if gold is not None:
             gold_counts, input_warnings = _gold_counts(merged, gold, enc.classes, config)
             counts.update(gold_counts)
-        if spill_to is None:
-            blocks = remapped_blocks(cached, enc)
-        else:
-            # in the partitions a sweep session will have: one per slot of the local master
-            slots = spark.sparkContext.defaultParallelism
-            blocks = handle_rdd(spark.sparkContext, remapped_handles(partitions, enc), slots)
-        engine = SparkEngine(
-            blocks,
-            checkpoint_interval=config.spark.checkpoint_interval,
-            session_sweeps=config.spark.session_sweeps,
-            tree_depth=config.spark.tree_depth,
-            inject_task_failure=inject_task_failure,
-            resident_blocks=config.spark.resident_blocks,
-            sweep_mode=config.spark.sweep_mode,
-            spilled=spill_to,
-        )
     except BaseException:
         labels.unpersist()
-        _unpersist(cached)
-        if spill_to is not None:
-            remove_spill_directory(spill_to[0])
+        if build is not None:
+            build.discard()
         raise
-    try:
-        if spill_to is None:  # spilled blocks are built: their handles cost nothing to compute when first used
-            engine.materialize()
-    except BaseException:
-        engine.close()
-        _unpersist(cached)
-        raise
-    _unpersist(cached)
+    engine = build.engine(
+        enc,
+        checkpoint_interval=config.spark.checkpoint_interval,
+        session_sweeps=config.spark.session_sweeps,
+        tree_depth=config.spark.tree_depth,
+        inject_task_failure=inject_task_failure,
+        resident_blocks=config.spark.resident_blocks,
+        sweep_mode=config.spark.sweep_mode,
+    )
     timer.lap("blocks")
     inputs = {"labels": labels_source, "gold": gold_source, "label_rows": merged.rows}
     if days is not None:

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from crowdspark import __version__
+from crowdspark.version import __version__
 from crowdspark.models.registry import model_parameters
 from crowdspark.config import RunConfig
 from crowdspark.engine.loop import FitResult

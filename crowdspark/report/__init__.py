@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from crowdspark import __version__
+from crowdspark.version import __version__
 from crowdspark.errors import ConfigError
 from crowdspark.io.paths import is_local, strip_file_scheme
 

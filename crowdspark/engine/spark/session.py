@@ -7,7 +7,7 @@ sessions").  In session mode the engine runs
 **one barrier job** (Spark's barrier execution mode: all tasks start together) whose tasks hold their
 blocks in memory and serve the driver's sweeps:
 
-1. each task connects to a small TCP server on the driver (:mod:`crowdspark.engine.session_net`); driver
+1. each task connects to a small TCP server on the driver (:mod:`crowdspark.engine.spark.session_net`); driver
    and task prove to each other that they know the session's random key, which travels with the task
    closure, before either deserializes anything; then the task says which partition it holds;
 2. per sweep the driver sends every task the block function and the global parameters (pickled once),
@@ -62,8 +62,8 @@ from functools import partial
 from typing import Any
 
 from crowdspark.engine.base import BlockFn
-from crowdspark.engine.resident import resolve
-from crowdspark.engine.session_net import Channel, Payload, SessionError, SessionServer, connect, encode, new_key
+from crowdspark.engine.spark.resident import resolve
+from crowdspark.engine.spark.session_net import Channel, Payload, SessionError, SessionServer, connect, encode, new_key
 from crowdspark.stats import Stats, add_stats
 
 __all__ = ["SweepSession", "SessionError", "InjectedTaskFailure", "probe", "PROBE_SECONDS"]
@@ -248,7 +248,7 @@ def _exchange(channels: list[Channel], request: int, payload: Payload, failing: 
 
 
 class SweepSession:
-    """The driver's side of a session: a :class:`~crowdspark.engine.session_net.SessionServer`, the barrier
+    """The driver's side of a session: a :class:`~crowdspark.engine.spark.session_net.SessionServer`, the barrier
     job, and ``map_reduce`` over them.
 
     With ``stateful``, tasks keep the states their block function returns, and :attr:`result` (after

@@ -1,6 +1,6 @@
 """The sweep session's network side: a driver server that admits only holders of the session key, and channels.
 
-Nothing here knows Spark; :mod:`crowdspark.engine.session` runs the barrier job over it.
+Nothing here knows Spark; :mod:`crowdspark.engine.spark.session` runs the barrier job over it.
 
 **Handshake.**  A task connects to the :class:`SessionServer` and is admitted in two steps, neither of which
 deserializes anything:

@@ -22,7 +22,7 @@ spill on that host after the executor is gone deletes it.  A spill file is a dat
 arrays (:func:`write_block`), read with ``allow_pickle=False``.
 
 A block may be spilled before the run's encoding is known (the one-pass prepare on a local master,
-:mod:`crowdspark.io.spark_blocks`): its codes index its partition's dictionaries, and its handle names a
+:mod:`crowdspark.engine.spark.blocks`): its codes index its partition's dictionaries, and its handle names a
 *remap file* (:func:`write_remap`: the partition's worker and class maps into the run's codes, also
 data-only) that :func:`resolve` applies as it loads the block.
 """
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crowdspark.block import Block
+from crowdspark.block import Block, remap_block
 from crowdspark.errors import ConfigError
 from crowdspark.io.files import LocalFiles
 from crowdspark.io.lock import process_alive
@@ -173,8 +173,6 @@ def resolve(element: Block | BlockHandle) -> Block:
             del _REMAPS[path]
         block = read_block(element.path)
         if element.remap is not None:
-            from crowdspark.io.spark_blocks import remap_block
-
             block = remap_block(block, *_remap(element.remap))
         _RESIDENT[element.key] = block
     return block

@@ -37,7 +37,7 @@ from typing import Any
 
 from crowdspark.block import Block
 from crowdspark.engine.base import BlockFn, Engine, ItemBatchFn, ItemFn, ItemHeadFn, WrittenItems
-from crowdspark.engine.resident import (
+from crowdspark.engine.spark.resident import (
     BlockHandle,
     forget,
     make_spill_directory,
@@ -46,7 +46,7 @@ from crowdspark.engine.resident import (
     resolve,
     spill,
 )
-from crowdspark.engine.session import PROBE_SECONDS, InjectedTaskFailure, SessionError, SweepSession, probe
+from crowdspark.engine.spark.session import PROBE_SECONDS, InjectedTaskFailure, SessionError, SweepSession, probe
 from crowdspark.errors import ConfigError
 from crowdspark.io.datatree import tree_from_bytes, tree_to_bytes
 from crowdspark.io.paths import is_local, strip_file_scheme
@@ -370,7 +370,7 @@ def _spill_root(sc) -> str:
 
 
 def _new_spill_directory(sc, engine_id: str) -> str:
-    """A new spill folder of ``engine_id`` (:func:`~crowdspark.engine.resident.make_spill_directory`), the stale
+    """A new spill folder of ``engine_id`` (:func:`~crowdspark.engine.spark.resident.make_spill_directory`), the stale
     ones of this host deleted first."""
     root = _spill_root(sc)
     remove_stale_spill_directories(root)
@@ -406,16 +406,16 @@ class SparkEngine(Engine):
     inject_task_failure : int
         Test hook: the first attempt of partition 0 fails at this sweep (0 = off).
     resident_blocks : {"auto", "on", "off"}
-        Keep blocks in the Python workers between jobs (:mod:`crowdspark.engine.resident`).
+        Keep blocks in the Python workers between jobs (:mod:`crowdspark.engine.spark.resident`).
     sweep_mode : {"auto", "session", "jobs"}
         ``jobs``: one Spark job per sweep.  ``session``: the sweeps of a fit in barrier jobs that keep the
-        blocks and states in the tasks (:mod:`crowdspark.engine.session`).  ``auto``: ``session`` on a
-        local master; on a cluster, ``session`` if the first fit's probe (:func:`~crowdspark.engine.session.probe`)
+        blocks and states in the tasks (:mod:`crowdspark.engine.spark.session`).  ``auto``: ``session`` on a
+        local master; on a cluster, ``session`` if the first fit's probe (:func:`~crowdspark.engine.spark.session.probe`)
         shows that a barrier stage can run on every executor slot and that its tasks reach the driver within
         a few seconds, and neither dynamic allocation nor Spark's encryption is on; else ``jobs``.  The choice
         and its reason are in :meth:`report`.
     spilled : (str, str), optional
-        ``blocks`` holds :class:`~crowdspark.engine.resident.BlockHandle` of blocks already written to this
+        ``blocks`` holds :class:`~crowdspark.engine.spark.resident.BlockHandle` of blocks already written to this
         spill folder (:func:`spill_target`) with this engine id: the engine is resident, adopts the folder and
         deletes it when it closes.
 
@@ -525,7 +525,7 @@ class SparkEngine(Engine):
         return SweepChoice("jobs", reason)
 
     def begin_sweeps(self, stateful: bool) -> None:
-        """A fit starts: with sessions on, its sweeps run in sweep sessions (:mod:`crowdspark.engine.session`).
+        """A fit starts: with sessions on, its sweeps run in sweep sessions (:mod:`crowdspark.engine.spark.session`).
 
         On a cluster, the run's first fit decides whether they are on (:meth:`_decide`).  Sessions start at the
         fit's first sweep.  A session of a model with per-item state ends every ``session_sweeps`` sweeps (its

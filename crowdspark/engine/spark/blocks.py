@@ -12,7 +12,7 @@ The driver then merges the summaries (:func:`merge_summaries`): row and null cou
 and otherwise broadcasts the run's encoding; :func:`remapped_blocks` maps each partition's codes to the run's
 codes as the blocks leave the cache.  No label-level data reaches the driver.
 
-On a local master whose engine keeps its blocks resident (:mod:`crowdspark.engine.resident`), the pass writes
+On a local master whose engine keeps its blocks resident (:mod:`crowdspark.engine.spark.resident`), the pass writes
 each block straight to the engine's spill folder and emits its handle instead of the pickled block
 (:func:`spilled_partitions`): the driver collects the summaries and handles (no cache), writes each
 partition's code maps to a remap file (:func:`remapped_handles`), and the Python worker applies them when it
@@ -36,12 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from crowdspark.block import Block, GoldSplit, _label_order, blocks_from_codes
-from crowdspark.engine.resident import BlockHandle, spill, write_remap
+from crowdspark.block import Block, GoldSplit, blocks_from_codes, remap_block
+from crowdspark.engine.spark.resident import BlockHandle, remove_spill_directory, spill, write_remap
 from crowdspark.io.rules import MAX_CLASSES, Encoding, sorted_codes, sorted_item_codes
 
 __all__ = ["PartitionSummary", "MergedSummary", "summarized_blocks", "collect_summaries", "merge_summaries",
-           "remapped_blocks", "remap_block", "spilled_partitions", "remapped_handles", "handle_rdd"]
+           "BlockBuild", "remapped_blocks", "spilled_partitions", "remapped_handles", "handle_rdd"]
 
 _ROLES = ("item", "worker", "label")
 
@@ -293,28 +293,6 @@ def merge_summaries(summaries: list[PartitionSummary]) -> MergedSummary:
     )
 
 
-def remap_block(block: Block, worker_map: np.ndarray, class_map: np.ndarray) -> Block:
-    """``block`` with its partition codes replaced by the run's (labels re-sorted within an item when the
-    class map does not keep their order).
-
-    Parameters
-    ----------
-    block : Block
-        Codes into its partition's dictionaries.
-    worker_map, class_map : ndarray of int32, shapes (K_p,) and (C_p,)
-        The run's code of each partition code.
-    """
-    worker = worker_map[block.worker]
-    label = class_map[block.label]
-    item_of_label = block.item_of_label
-    if not bool(np.all(np.diff(class_map) > 0)):
-        order = _label_order(item_of_label, worker, label, block.n_items)
-        item_of_label, worker, label = item_of_label[order], worker[order], label[order]
-    truth = np.where(block.truth >= 0, class_map[np.maximum(block.truth, 0)], -1).astype(np.int32)
-    fixed = np.where(block.fixed >= 0, class_map[np.maximum(block.fixed, 0)], -1).astype(np.int32)
-    return replace(block, worker=worker, label=label, item_of_label=item_of_label, truth=truth, fixed=fixed)
-
-
 def _new_remap_file(directory: str, worker_map: np.ndarray, class_map: np.ndarray) -> str:
     """The path of a new remap file of the maps in the spill folder ``directory``."""
     path = os.path.join(directory, f"{uuid.uuid4().hex}.remap.npz")
@@ -388,10 +366,10 @@ def handle_rdd(sc, partitions: list[list[BlockHandle]], tasks: int):
     """The RDD of the handles in ``tasks`` partitions (fewer when there are fewer lists), lazily.
 
     Handle j of list p goes to partition (p + j) % tasks, in list order: the grouping a sweep session of
-    ``tasks`` tasks makes of the pass's partitions (:func:`crowdspark.engine.spark._regroup`), made here on the
+    ``tasks`` tasks makes of the pass's partitions (:func:`crowdspark.engine.spark.engine._regroup`), made here on the
     driver, where the handles are. The session then starts without a Spark job to regroup them.
     """
-    from crowdspark.engine.spark import round_robin_keys  # the driver's: the pass's workers need none of it
+    from crowdspark.engine.spark.engine import round_robin_keys  # the driver's: the pass's workers need none of it
 
     tasks = max(1, min(tasks, len(partitions)))
     dealt: list[list[BlockHandle]] = [[] for _ in range(tasks)]
@@ -399,3 +377,86 @@ def handle_rdd(sc, partitions: list[list[BlockHandle]], tasks: int):
         for task, handle in round_robin_keys(tasks, p, handles):
             dealt[task].append(handle)
     return sc.parallelize(dealt, tasks).flatMap(_handles)
+
+
+class BlockBuild:
+    """The Spark engine's blocks in the making, over its whole life: one pass over the labels gives the
+    partitions' summaries (:attr:`merged`: what the driver needs to encode the run), then :meth:`engine` builds
+    the engine over blocks in the run's codes.  Where the blocks live (Spark's cache, or the engine's spill
+    folder on a local master, :func:`crowdspark.engine.spark.engine.spill_target`) stays inside this package.
+
+    Parameters
+    ----------
+    spark : SparkSession
+    frame : pyspark DataFrame
+        The canonical labels left-joined with gold (``item``, ``worker``, ``label``, ``truth``).
+    n_partitions : int
+        Partitions of the pass's shuffle by item.
+    max_labels : int
+        The largest block (``engine.max_block_labels``).
+    split : GoldSplit, optional
+        Which gold items the fit holds fixed.
+    resident_blocks : str
+        ``spark.resident_blocks``.
+
+    Raises
+    ------
+    InputError
+        The pass's errors (:func:`merge_summaries`); whatever the pass made is removed first.
+    """
+
+    def __init__(self, spark, frame, n_partitions: int, max_labels: int, split: GoldSplit | None,
+                 resident_blocks: str) -> None:
+        from crowdspark.engine.spark.engine import spill_target
+
+        self._spark = spark
+        self._cached = None
+        self._partitions: list[tuple[PartitionSummary, list[BlockHandle]]] | None = None
+        self._spill_to = spill_target(spark.sparkContext, resident_blocks)
+        try:
+            if self._spill_to is None:
+                self._cached = summarized_blocks(frame, n_partitions, max_labels, split)
+                summaries = collect_summaries(self._cached)
+            else:
+                self._partitions = spilled_partitions(frame, n_partitions, max_labels, split, self._spill_to)
+                summaries = [summary for summary, _ in self._partitions]
+            self.merged = merge_summaries(summaries)
+        except BaseException:
+            self.discard()
+            raise
+
+    def engine(self, encoding: Encoding, **options: Any):
+        """The :class:`~crowdspark.engine.spark.engine.SparkEngine` over the blocks in ``encoding``'s codes,
+        its blocks materialized; ``options`` are its other keyword arguments.  The build holds nothing after."""
+        from crowdspark.engine.spark.engine import SparkEngine
+
+        try:
+            if self._spill_to is None:
+                blocks = remapped_blocks(self._cached, encoding)
+            else:  # in the partitions a sweep session will have: one per slot of the local master
+                sc = self._spark.sparkContext
+                blocks = handle_rdd(sc, remapped_handles(self._partitions, encoding), sc.defaultParallelism)
+            engine = SparkEngine(blocks, spilled=self._spill_to, **options)
+        except BaseException:
+            self.discard()
+            raise
+        try:
+            if self._spill_to is None:  # spilled blocks are built: their handles cost nothing until first used
+                engine.materialize()
+        except BaseException:
+            engine.close()
+            raise
+        finally:
+            self._release_cache()
+        return engine
+
+    def discard(self) -> None:
+        """Remove what the pass made: the cached rows, or the spill folder and its blocks."""
+        self._release_cache()
+        if self._spill_to is not None:
+            remove_spill_directory(self._spill_to[0])
+
+    def _release_cache(self) -> None:
+        if self._cached is not None:
+            self._cached.unpersist()
+            self._cached = None
