@@ -232,9 +232,12 @@ def _items(output: str, out: str | None) -> int:
     """``crowdspark items``: the whole answer of the run at ``output``, to ``out`` (Parquet) or stdout (CSV).
 
     ``out`` is a folder of its own kind (``items-output``): it replaces only a missing or empty folder or a
-    previous ``items --out`` folder, never a result or a run root (:func:`crowdspark.io.sink.check_items_out`).
+    previous ``items --out`` folder, never a result or a run root (:func:`crowdspark.io.sink.check_items_out`);
+    one writer at a time (its lock, :class:`crowdspark.io.lock.OutputLock`, as a run's).
     """
     from crowdspark.io.chain import read_items
+    from crowdspark.io.files import files_for
+    from crowdspark.io.lock import OutputLock
     from crowdspark.io.marker import ITEMS
     from crowdspark.io.sink import StagedOutput, check_items_out
     from crowdspark.io.tables import write_table
@@ -249,7 +252,9 @@ def _items(output: str, out: str | None) -> int:
         except BrokenPipeError:  # the reader stopped early (| head): not a failure
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    with StagedOutput(out, kind=ITEMS) as staged:
+    os.makedirs(os.path.dirname(os.path.abspath(out.rstrip("/"))), exist_ok=True)  # the lock is beside --out
+    with OutputLock(files_for(out, None), out), StagedOutput(out, kind=ITEMS) as staged:
+        check_items_out(out)  # again, under the lock: another writer may have changed it
         write_table(items, staged.path("items"), "parquet")
         staged.commit()
     print(f"{len(items)} items written to {out}/items")

@@ -263,3 +263,41 @@ def test_retention_deletes_nothing_when_a_kept_runs_chain_cannot_be_read(root, d
         chain.write_text(json.dumps({"runs": [5]}))
     assert prune_runs(str(out), 1) == []
     assert sorted(p.name for p in out.glob("run_id=*")) == [f"run_id={SPEC.date(d)}" for d in range(NIGHTS)]
+
+
+# ---- a run taken out of the middle of a chain ------------------------------------------------------------------
+@pytest.mark.parametrize("edit", [pytest.param("middle", marks=pytest.mark.slow), "last"])
+def test_a_chain_with_a_run_taken_out_is_refused_by_items_and_by_the_next_night(root, edit):
+    labels, out = root
+    extra = 4  # a chain of four runs before the newest: the full refit and three incremental nights
+    for day in range(NIGHTS, NIGHTS + extra - 1):
+        assert cli("aggregate", "--labels", labels, "--output", str(out), "--run-id", SPEC.date(day), "--engine",
+                   "local", "--algorithm", "ds", *[a for k in KEYS for a in ("--set", k)]).returncode == 0
+    newest = run(out, NIGHTS + extra - 2)
+    chain = newest / "_incremental" / "chain.json"
+    names = json.loads(chain.read_text())["runs"]
+    gone = names[2] if edit == "middle" else names[-1]
+    chain.write_text(json.dumps({"runs": [name for name in names if name != gone]}))
+    done = cli("items", str(out), real=edit == "middle")
+    refused(done, "a run was taken out of the chain", gone, "--full-refit")
+    assert done.stdout == ""
+    after = SPEC.date(NIGHTS + extra - 1)
+    done = cli("aggregate", "--labels", labels, "--output", str(out), "--run-id", after, "--engine", "local",
+               "--algorithm", "ds", *[a for k in KEYS for a in ("--set", k)], real=edit == "middle")
+    refused(done, "a run was taken out of the chain", "--full-refit")
+    assert not (out / f"run_id={after}").exists()
+
+
+# ---- items --out -----------------------------------------------------------------------------------------------
+def test_items_out_is_refused_while_another_writer_holds_its_lock(root, tmp_path):
+    from crowdspark.io.files import files_for
+    from crowdspark.io.lock import OutputLock
+
+    _, out = root
+    target = tmp_path / "answer"
+    with OutputLock(files_for(str(target)), str(target)):
+        done = cli("items", str(out), "--out", str(target), real=True)
+        refused(done, "lock")
+    assert not target.exists()
+    assert cli("items", str(out), "--out", str(target)).returncode == 0
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(LOCK_PREFIX)]

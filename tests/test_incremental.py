@@ -357,6 +357,11 @@ def test_labels_added_to_a_day_a_run_has_read_are_refused(tmp_path):
     night(config(), labels, out, "2026-11-01")
     late = frame[frame["date"] == "2026-11-01"].head(5).assign(worker="w99")
     late.drop(columns="date").to_parquet(os.path.join(labels, "date=2026-11-01", "part-1.parquet"), index=False)
+    with pytest.raises(IncompatibleModelError, match=r"1 day\(s\) of the input changed or are gone .*2026-11-01: "
+                                                    r"\{'files': 1, .*--full-refit"):
+        night(config(), labels, out, "2026-11-02")
+    # a previous run that recorded no partitions: the revisited items' label counts still show it
+    os.remove(out / "run_id=2026-11-01" / "_incremental" / "partitions.json")
     with pytest.raises(InputError, match=r"labels of a day were added or removed after a run read it"):
         night(config(), labels, out, "2026-11-02")
 

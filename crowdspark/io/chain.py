@@ -27,10 +27,10 @@ import pandas as pd
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.files import Files, files_for
 from crowdspark.io.paths import absolute_local, is_local, strip_file_scheme
-from crowdspark.io.runs import read_latest, resolves_beside
+from crowdspark.io.runs import committed_runs, read_latest, resolves_beside
 
-__all__ = ["CHAIN_FILE", "ITEMS_SCOPE", "chain_runs", "chain_payload", "check_outside_chain", "resolve_run",
-           "read_items", "newest_rows"]
+__all__ = ["CHAIN_FILE", "ITEMS_SCOPE", "chain_runs", "chain_payload", "check_outside_chain", "check_replaceable",
+           "resolve_run", "read_items", "newest_rows"]
 
 CHAIN_FILE = "_incremental/chain.json"
 
@@ -133,7 +133,40 @@ def chain_runs(run: str, spark: Any = None, check: bool = True) -> list[str]:
         raise InputError(f"the chain of the run {run!r} ({CHAIN_FILE}) does not begin with "
                          f"a full refit: its first run {(runs + [run])[0]!r} holds only its night's items, so the "
                          f"items of the nights before it are missing; {_REFIT}")
+    if check:
+        _check_links(files, run, names)
     return runs + [run]
+
+
+def _previous_name(files: Files, run: str) -> str | None:
+    """The folder name of the run ``run`` continued (its summary's ``incremental.previous_run``), or ``None``."""
+    try:
+        summary = json.loads(files.read_bytes(f"{run}/summary.json").decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    section = summary.get("incremental") if isinstance(summary, dict) else None
+    previous = section.get("previous_run") if isinstance(section, dict) else None
+    return previous.rstrip("/").rpartition("/")[2] if isinstance(previous, str) and previous else None
+
+
+def _check_links(files: Files, run: str, names: list[str]) -> None:
+    """Refuse a chain from which a run was taken out: each run of ``names`` after the first continues the runs
+    before it, so its own chain must list exactly them (a run of the chain that holds every item has none)."""
+    parent = _parent(run)
+    previous = _previous_name(files, run)
+    if previous is not None and names and previous != names[-1]:
+        raise InputError(f"the chain of the run {run!r} ({CHAIN_FILE}) ends with {names[-1]}, but the run continued "
+                         f"{previous} (its summary.json): a run was taken out of the chain or the chain was edited, "
+                         f"and the rows of the runs left out are missing from the answer; {_REFIT}")
+    for k, name in enumerate(names[1:], start=1):
+        own = _chain_names(files, f"{parent}/{name}")
+        if own is not None and own != names[:k]:
+            left_out = [n for n in own if n not in names[:k]]
+            problem = (f"leaves out {left_out[:3]}, which {name} builds on" if left_out else
+                       f"lists {names[:k][-3:]} before {name}, whose own chain is {own[-3:]}")
+            raise InputError(f"the chain of the run {run!r} ({CHAIN_FILE}) {problem}: a run was taken out of the "
+                             f"chain or the chain was edited, and the rows of the runs left out are missing from "
+                             f"the answer; {_REFIT}")
 
 
 def _beside(previous: str, destination: str) -> bool:
@@ -177,6 +210,39 @@ def check_outside_chain(destination: str, previous: str, spark: Any = None) -> N
                           "(--output ROOT --run-id DATE), or refit in full (--full-refit)")
     if not _beside(previous, destination):
         raise ConfigError(_not_beside(destination, previous))
+
+
+def check_replaceable(root: str, run_id: str, spark: Any = None) -> None:
+    """Refuse a run of ``run_id`` into the folder of runs ``root`` when it would replace a run that the chains of
+    other runs include: their answers read its rows, and would change without being run again.
+
+    Raises
+    ------
+    ConfigError
+        Naming the runs that build on it and the fix.
+    """
+    name = f"run_id={run_id}"
+    runs = committed_runs(root, spark)
+    if run_id not in runs:
+        return
+    files = files_for(root, spark)
+    later = []
+    for other, path in sorted(runs.items()):
+        try:
+            names = _chain_names(files, path) if other != run_id else None
+        except InputError:
+            continue  # a chain that cannot be read is refused by its own readers
+        if names and name in names:
+            later.append(f"run_id={other}")
+    if later:
+        raise ConfigError(
+            f"--run-id {run_id} would replace the run {runs[run_id]!r}, which the answers of {len(later)} later "
+            f"night(s) build on ({later[:5]}{' ...' if len(later) > 5 else ''}): they read its items as part of "
+            "their answer, so replacing it would change what they mean without running them again. To fit labels "
+            "that arrived late, run the newest night again (a night fits the days that arrived after the night "
+            "that should have read them) or with --full-refit; to keep another answer as of that day, give this "
+            "run another --output"
+        )
 
 
 def resolve_run(output: str, spark: Any = None) -> str:

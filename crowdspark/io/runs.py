@@ -36,6 +36,7 @@ __all__ = [
     "read_latest",
     "write_latest",
     "latest_run_before",
+    "committed_runs",
     "prune_runs",
 ]
 
@@ -232,6 +233,11 @@ def _as_of_of(files: Files, run_path: str) -> str:
     except (OSError, ValueError):
         return ""
     return str((summary.get("inputs") or {}).get("as_of") or "")
+
+
+def committed_runs(root: str, spark: Any = None) -> dict[str, str]:
+    """``run id -> path`` of the committed results in the run root ``root`` (none when it does not exist)."""
+    return _runs(files_for(root, spark), root)
 
 
 def latest_run_before(root: str, as_of: _dt.date, spark: Any = None) -> str | None:

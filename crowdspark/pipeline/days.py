@@ -108,7 +108,50 @@ class DayReader:
             return None
         return sum(size for path, size, _ in listed if folders & set(path.split("/")))
 
+    def partitions(self, end: _dt.date) -> dict[str, dict[str, int]]:
+        """The fingerprint of every day up to ``end`` the input holds (``YYYY-MM-DD`` -> fingerprint), taken
+        from the listing the reads use, without reading a label.
+
+        A day partition folder (``<date_column>=<day>/``) is fingerprinted by its data files (names not starting
+        with ``_`` or ``.``, as Spark lists them): ``files`` and ``bytes``.  An input that is not partitioned by
+        day is fingerprinted by its ``labels`` per day (the pandas reader counts the frame it holds; Spark runs
+        one job over the date column).
+        """
+        if self.spark is None and self._folders is not None:
+            return {day: _folder_fingerprint(folder) for day, folder in sorted(self._folders.items())
+                    if _folder_date(day, folder, self.column) <= end}
+        if self.spark is None:
+            days = self._whole_pandas()["day"]
+            counts = days[days <= end.isoformat()].value_counts()
+            return {str(day): {"labels": int(n)} for day, n in sorted(counts.items())}
+        listed = self._spark_partitions(end)
+        if listed is not None:
+            return listed
+        window = Window(self.column, None, end)
+        counts = window.day_counts_spark(window.filter_spark(self._spark_raw(), self.path), self.path)
+        return {day: {"labels": n} for day, n in counts.items()}
+
     # ---- Spark --------------------------------------------------------------------------------------
+    def _spark_partitions(self, end: _dt.date) -> dict[str, dict[str, int]] | None:
+        """Files and bytes per day partition folder up to ``end`` from Spark's listing (``None`` when the
+        listing is unavailable or the input is not partitioned by day)."""
+        from crowdspark.io.spark_reader import listed_files
+
+        listed = listed_files(self.spark, self._spark_raw())
+        if listed is None:
+            return None
+        prefix = f"{self.column}="
+        out: dict[str, dict[str, int]] = {}
+        for path, size, _ in listed:
+            parts = [part[len(prefix):] for part in path.split("/") if part.startswith(prefix)]
+            if not parts:
+                return None
+            if _folder_date(parts[-1], path, self.column) <= end:
+                entry = out.setdefault(parts[-1], {"files": 0, "bytes": 0})
+                entry["files"] += 1
+                entry["bytes"] += int(size)
+        return dict(sorted(out.items()))
+
     def _spark_raw(self):
         from crowdspark.io.spark_reader import read_spark_frame
         from crowdspark.pipeline.prepare import filtered_frame  # input.filter, applied as the window's reads apply it
@@ -183,6 +226,19 @@ def _day_folders(path: str, column: str) -> dict[str, str] | None:
     folders = {name[len(prefix):]: os.path.join(path, name) for name in os.listdir(path)
                if name.startswith(prefix) and os.path.isdir(os.path.join(path, name))}
     return folders or None
+
+
+def _folder_fingerprint(folder: str) -> dict[str, int]:
+    """``files`` and ``bytes`` of the data files under a local day folder (names not starting with ``_`` or
+    ``.``, at any depth, as Spark lists a partition)."""
+    files = size = 0
+    for directory, subfolders, names in os.walk(folder):
+        subfolders[:] = [name for name in subfolders if not name.startswith(("_", "."))]
+        for name in names:
+            if not name.startswith(("_", ".")):
+                files += 1
+                size += os.path.getsize(os.path.join(directory, name))
+    return {"files": files, "bytes": size}
 
 
 def _folder_date(day: str, folder: str, column: str) -> _dt.date:

@@ -61,6 +61,7 @@ from crowdspark.pipeline.item_state import (
     write_state,
 )
 from crowdspark.pipeline.manifest import check_new_data, run_manifest
+from crowdspark.pipeline.partitions import PARTITIONS_FILE, compare, describe, payload, read_partitions
 from crowdspark.pipeline.prepare import Prepared, prepare_frames, prepare_spark
 from crowdspark.pipeline.summary import Timer
 from crowdspark.pipeline.window import Window
@@ -265,6 +266,8 @@ class Night(Fitted):
         The carried summary of this run.
     saved : SavedModel, optional
         The model when no fit ran (the previous run's, carried forward).
+    partitions : dict
+        The fingerprint of every day the night's chain has read (:mod:`crowdspark.pipeline.partitions`).
     """
 
     item_table: Any = None
@@ -274,6 +277,7 @@ class Night(Fitted):
     previous: str | None = None
     carried: Carried | None = None
     saved: SavedModel | None = None
+    partitions: dict[str, Any] = field(default_factory=dict)
     spark: Any = field(default=None, repr=False)
 
     @property
@@ -310,6 +314,7 @@ class Night(Fitted):
             written = hasattr(self.state, "sparkSession")
             index = index_of(read_table(path, self.spark, "the item state") if written else self.state, 0)
         write_index(index, out.staging, self.spark)
+        out.write_json(PARTITIONS_FILE, payload(self.partitions))
         if self.previous is not None:
             out.write_json(CHAIN_FILE, chain_payload(self.previous, out.destination, self.spark))
 
@@ -404,8 +409,11 @@ def _prepare(ctx: _Context, labels: Any, classes: tuple[str, ...], days: list[st
                           ctx.timer), small
 
 
-def _manifest(ctx: _Context, labels_read: int, counts: dict[str, int], window: Window) -> dict[str, Any]:
+def _manifest(ctx: _Context, labels_read: int, counts: dict[str, int], window: Window,
+              late: dict[str, int] | None = None) -> dict[str, Any]:
     inputs = {"labels": ctx.labels_path, "gold": ctx.gold_path, "label_rows": labels_read, "days": counts}
+    if late:
+        inputs["late_days"] = late
     manifest = run_manifest(inputs, ctx.options.inputs, ctx.run_id, ctx.as_of, window, ctx.warm_path, ctx.previous,
                             ctx.spark)
     check_new_data(manifest, ctx.config.nightly.on_no_new_data, None)
@@ -463,6 +471,7 @@ def _report(night: Night, ctx: _Context, kind: str, reason: str, extra: dict[str
 
 # ---- the three kinds of night ----------------------------------------------------------------------------------
 def _full_refit(ctx: _Context, reason: str) -> Night:
+    partitions = ctx.reader.partitions(ctx.as_of)  # listed before the read: a day that arrives later is late
     labels, counts = ctx.reader.range(None, ctx.as_of)
     manifest = _manifest(ctx, sum(counts.values()), counts, Window(ctx.config.input.date_column, None, ctx.as_of))
     prepared, small = _prepare(ctx, labels, tuple(ctx.config.input.classes), sorted(counts))
@@ -471,7 +480,8 @@ def _full_refit(ctx: _Context, reason: str) -> Night:
         sums = _carry_pass(fitted)
         night = Night(fitted.model, fitted.result, prepared, fitted.summary, item_table=fitted.items(),
                       worker_table=fitted.workers(), state=state_table(_resp_table(fitted), labels, ctx.as_of, ctx.spark),
-                      carried=_carried(sums, ctx.as_of, ctx.as_of.isoformat(), ctx.config), spark=ctx.spark)
+                      carried=_carried(sums, ctx.as_of, ctx.as_of.isoformat(), ctx.config), spark=ctx.spark,
+                      partitions=partitions)
     except BaseException:
         fitted.close()
         raise
@@ -514,13 +524,57 @@ def _model_like(saved: SavedModel, n_workers: int) -> Model:
     return build_model(saved.algorithm, params, n_workers, len(saved.classes), int(saved.parameters["seed"]))
 
 
+def _late_days(ctx: _Context, plan: NightPlan) -> tuple[dict[str, Any], list[str]]:
+    """The input's days up to the night (their fingerprints), and the days up to the previous run's as-of date
+    that its chain has not read (:mod:`crowdspark.pipeline.partitions`).
+
+    Raises
+    ------
+    _Refit
+        When a day the chain read was rewritten or removed.
+    """
+    lake = ctx.reader.partitions(ctx.as_of)
+    before = {day: fp for day, fp in lake.items() if day <= plan.carried.as_of}
+    record = read_partitions(plan.previous, ctx.spark if ctx.reader.distributed else None)
+    if record is None:
+        log.warning("the previous run %r records no day partitions (it was written by an older crowdspark): days "
+                    "that arrived after the night that should have read them are not detected tonight; a full "
+                    "refit (--full-refit) reads every day", plan.previous)
+        return lake, []
+    found = compare(record, before)
+    if found.rewritten:
+        raise _Refit(f"{len(found.rewritten)} day(s) of the input changed or are gone since the nights of its chain "
+                     f"read them ({describe(record, before, found.rewritten)}): the labels fitted from them cannot "
+                     "be taken out of the carried statistics")
+    if found.late:
+        log.warning("%d day(s) arrived after the night that should have read them: %s; their labels are fitted "
+                    "tonight", len(found.late), found.late[:10])
+    return lake, found.late
+
+
+def _late_labels(ctx: _Context, late: list[str]) -> tuple[Any, dict[str, int]]:
+    """The labels of the ``late`` days, and the labels of each."""
+    frame = ctx.reader.days(late)
+    if isinstance(frame, pd.DataFrame):
+        counts = frame["day"].value_counts().items()
+    else:
+        counts = ((r["day"], r["count"]) for r in frame.groupBy("day").count().collect())
+    return frame, {str(day): int(n) for day, n in sorted(counts)}
+
+
 def _incremental(ctx: _Context, plan: NightPlan) -> Night:
     carried, saved, config = plan.carried, plan.saved, ctx.config
     start = _dt.date.fromisoformat(carried.as_of) + _dt.timedelta(days=1)
+    lake, late = _late_days(ctx, plan)
     new, counts = ctx.reader.range(start, ctx.as_of)
-    manifest = _manifest(ctx, sum(counts.values()), counts, Window(config.input.date_column, start, ctx.as_of))
+    late_counts: dict[str, int] = {}
+    if late:
+        late_frame, late_counts = _late_labels(ctx, late)
+        new, counts = _union(new, late_frame), dict(sorted({**counts, **late_counts}.items()))
+    manifest = _manifest(ctx, sum(counts.values()), counts, Window(config.input.date_column, start, ctx.as_of),
+                         late_counts)
     if not sum(counts.values()):
-        return _carried_forward(ctx, plan, manifest)
+        return _carried_forward(ctx, plan, manifest, lake)
     outside = sorted(set(_distinct_labels(new)) - set(saved.classes))
     if outside:
         raise _Refit(f"the new days bring label(s) {outside[:10]} outside the previous run's classes "
@@ -569,7 +623,7 @@ def _incremental(ctx: _Context, plan: NightPlan) -> Night:
         night = Night(fitted.model, fitted.result, prepared, fitted.summary, item_table=fitted.items(),
                       worker_table=workers, state=state_table(_resp_table(fitted), labels, ctx.as_of, ctx.spark),
                       index=updated_index(index, touched, len(runs), ctx.spark), previous=plan.previous,
-                      carried=new_carried, spark=ctx.spark)
+                      carried=new_carried, spark=ctx.spark, partitions=lake)
     except BaseException:
         fitted.close()
         raise
@@ -577,12 +631,13 @@ def _incremental(ctx: _Context, plan: NightPlan) -> Night:
     _report(night, ctx, "incremental", plan.reason, {
         "items_fitted": int(sums["n_items"]), "labels_fitted": int(sums["n_labels"]),
         "items_revisited": n_revisited, "earlier_days": days, "decay_factor": config.incremental.decay ** elapsed,
-        "metrics_cover": "the items fitted this night",
+        "metrics_cover": "the items fitted this night", "late_days": sorted(late_counts),
+        "late_labels": sum(late_counts.values()),
     })
     return night
 
 
-def _carried_forward(ctx: _Context, plan: NightPlan, manifest: dict[str, Any]) -> Night:
+def _carried_forward(ctx: _Context, plan: NightPlan, manifest: dict[str, Any], lake: dict[str, Any]) -> Night:
     """A night without new labels: the previous result, with its carried summary decayed to this night."""
     previous, distributed = plan.previous.rstrip("/"), ctx.reader.distributed
     spark = ctx.spark if distributed else None
@@ -598,7 +653,7 @@ def _carried_forward(ctx: _Context, plan: NightPlan, manifest: dict[str, Any]) -
     model = _model_like(plan.saved, len(plan.saved.workers))
     night = Night(model, None, None, summary, saved=plan.saved, carried=carried, spark=ctx.spark, worker_table=workers,
                   item_table=_no_rows(f"{previous}/items", spark), state=_no_rows(state_path(previous), spark),
-                  index=read_index(previous, spark), previous=plan.previous)
+                  index=read_index(previous, spark), previous=plan.previous, partitions=lake)
     _finish(night, ctx, manifest, None)
     _report(night, ctx, "carried forward", "no labels on the days after the previous run",
             {"items_fitted": 0, "labels_fitted": 0, "decay_factor": ctx.config.incremental.decay ** elapsed})

@@ -106,17 +106,31 @@ def _absolute_paths(inputs: dict[str, Any]) -> dict[str, str]:
     return paths
 
 
-def _missing_days(manifest: dict[str, Any], window: Window, days: dict[str, int], first_run: bool) -> None:
-    """The window's days without labels (``missing_days``, a warning).  On an output's first run, the days
-    before its first labelled day are the days before the data began (``days_before_data``, logged), not gaps."""
+def _data_begins(days: dict[str, int], previous: dict[str, Any] | None) -> str | None:
+    """The first day with labels that this run or its previous runs saw (``data_begins``, carried from run to
+    run), ``None`` when none has seen a label."""
+    seen = [day for day, n in days.items() if n]
+    if previous is not None:
+        seen += [day for day, n in (previous.get("days") or {}).items() if n]
+        if isinstance(previous.get("data_begins"), str):
+            seen.append(previous["data_begins"])
+    return min(seen) if seen else None
+
+
+def _missing_days(manifest: dict[str, Any], window: Window, days: dict[str, int],
+                  previous: dict[str, Any] | None) -> None:
+    """The window's days without labels (``missing_days``, a warning).  The days before the first labelled day
+    this run or its previous runs saw (``data_begins``) are the days before the data began (``days_before_data``,
+    said once in the log), not gaps."""
     missing = [day for day in window.days() if day not in days]
-    if first_run and days:
-        first = min(days)
-        manifest["days_before_data"] = [day for day in missing if day < first]
-        missing = [day for day in missing if day > first]
+    begins = _data_begins(days, previous)
+    if begins is not None:
+        manifest["data_begins"] = begins
+        manifest["days_before_data"] = [day for day in missing if day < begins]
+        missing = [day for day in missing if day > begins]
         if manifest["days_before_data"]:
-            log.info("the labels begin on %s: %d earlier day(s) of the window precede the data", first,
-                     len(manifest["days_before_data"]))
+            log.info("the labels begin on %s; the window starts before it, on %s (%d day(s) before the data)", begins,
+                     window.start, len(manifest["days_before_data"]))
     manifest["missing_days"] = missing
     if missing:
         message = f"no labels for {len(missing)} day(s) of the window: {missing[:10]}"
@@ -152,7 +166,7 @@ def run_manifest(
     if window is not None:
         manifest["window"] = {"column": window.column, "start": window.start and window.start.isoformat(),
                               "end": window.end.isoformat()}
-        _missing_days(manifest, window, prepared_inputs.get("days", {}), first_run=previous is None)
+        _missing_days(manifest, window, prepared_inputs.get("days", {}), previous)
     if warm_path:
         manifest["warm_start"] = warm_path
     if previous is not None:
@@ -165,6 +179,14 @@ def run_manifest(
 def _newest_day(inputs: dict[str, Any]) -> str | None:
     days = [day for day, n in (inputs.get("days") or {}).items() if n]
     return max(days) if days else None
+
+
+def _no_labels(manifest: dict[str, Any]) -> str:
+    """What a run that read no label read: its window, or its as-of date."""
+    window = manifest.get("window") or {}
+    if window.get("start"):
+        return f"its window ({window['start']} to {window['end']}) holds no labels"
+    return f"it read no labels up to {manifest.get('as_of')}"
 
 
 def _previous_name(previous: dict[str, Any]) -> str:
@@ -187,12 +209,13 @@ def check_new_data(manifest: dict[str, Any], policy: str, prepared: Prepared | N
         With ``policy = "fail"`` and no new data (the engine of ``prepared``, when given, is closed).
     """
     previous = manifest.get("previous_run")
-    if previous is None:
+    if previous is None or manifest.get("late_days"):
         return
     if "days" in manifest and previous.get("newest_day") is not None:
         newest = _newest_day(manifest)
         stale = newest is None or newest <= previous["newest_day"]
-        detail = f"its newest labels are of {newest}, the previous run's of {previous['newest_day']}"
+        read = f"its newest labels are of {newest}" if newest is not None else _no_labels(manifest)
+        detail = f"{read}, the previous run's of {previous['newest_day']}"
     else:
         stale = bool(previous.get("files")) and manifest.get("files") == previous.get("files")
         detail = "its input files are the previous run's (same number, bytes and times)"

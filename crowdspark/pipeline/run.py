@@ -14,7 +14,7 @@ import pandas as pd
 
 from crowdspark.config import RunConfig
 from crowdspark.errors import ConfigError, InputError
-from crowdspark.io.chain import check_outside_chain
+from crowdspark.io.chain import check_outside_chain, check_replaceable
 from crowdspark.io.files import files_for
 from crowdspark.io.killpoint import kill_point
 from crowdspark.io.lock import OutputLock
@@ -184,6 +184,7 @@ def _plan(config: RunConfig, labels_path: str, output_dir: str | None, gold_path
     destination = output_dir
     if output_dir is not None and run_id is not None:
         destination = run_directory(output_dir, run_id)
+        check_replaceable(output_dir, run_id, spark)
     if destination is not None and is_local(destination):
         # the lock and the staging directory are created beside the destination
         check_local_folder_writable(os.path.dirname(strip_file_scheme(destination).rstrip("/")) or ".",
