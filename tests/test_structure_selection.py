@@ -170,3 +170,19 @@ def test_the_heldout_choice_is_in_the_summary_and_a_warm_start_keeps_it_without_
     assert warm["model"]["structure_selection"]["reason"] == "kept from the warm-start model"
     assert "heldout" not in warm["model"]["structure_selection"]
     assert not any(entry.get("stage") for entry in warm["history"])  # no sweep of a held-out stage
+
+
+def test_mixed_crowd_has_the_planted_shape_and_is_reproducible():
+    labels, truth, params = mixed_crowd_data(2000, (0.78, 0.22), 5)
+    again = mixed_crowd_data(2000, (0.78, 0.22), 5)
+    assert labels.equals(again[0]) and truth.equals(again[1])
+    assert not labels.equals(mixed_crowd_data(2000, (0.78, 0.22), 6)[0])
+    per_item = labels.groupby("item").size()
+    per_worker = labels.groupby("worker").size().sort_values()
+    assert per_item.between(2, 11).all() and 7.0 < per_item.mean() < 9.0  # 3 x 0.97 prolific + 2-8 sparse
+    assert (per_worker.iloc[-3:] > 0.95 * 2000).all() and per_worker.iloc[:-3].median() == 15
+    assert abs((truth["truth"] == "1").mean() - 0.22) < 0.03
+    pi = params["pi"]
+    np.testing.assert_allclose(pi.sum(axis=2), 1.0)
+    np.testing.assert_allclose(pi[3:, 0, 0], pi[3:, 1, 1])  # sparse workers are one-coin
+    assert not np.allclose(pi[:3, 0, 0], pi[:3, 1, 1])  # prolific workers are class-biased
