@@ -27,14 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from crowdspark.block import Block
-from crowdspark.models.common import (
-    confusion_counts,
-    fix_scores,
-    label_loglik,
-    normalize_log,
-    shared_ones,
-    sp_index_dtype,
-)
+from crowdspark.models.common import fix_scores, incidence, shared_ones, sp_index_dtype
 from crowdspark.rng import named_uniforms
 from crowdspark.stats import Stats
 
@@ -58,11 +51,16 @@ def label_folds(block: Block, seed: int, n_folds: int) -> np.ndarray:
 
 
 class _FoldIndex:
-    """A block's fold layout: the folds, and the sparse sums over a fold's own labels.
+    """A block's fold layout: the folds, the row indices a sweep gathers, and the sparse sums over a fold's
+    own labels.
 
     Attributes
     ----------
     fold : ndarray of int64, shape (m,)
+    item_rows : ndarray of int64, shape (m,)
+        ``i F + g`` of each label: its row in per-(item, fold) tables.
+    cells : ndarray of int64, shape (m,)
+        ``(k F + g) C + c`` of each label: its row in per-(worker, fold, class) tables.
     by_item : csr_matrix, shape (n F, m)
         Row ``i F + g`` adds the labels of item ``i`` in fold ``g``.
     by_cell : csr_matrix, shape (K F C, m)
@@ -72,13 +70,14 @@ class _FoldIndex:
     def __init__(self, block: Block, seed: int, n_folds: int, n_workers: int, n_classes: int) -> None:
         m = block.n_labels
         self.fold = label_folds(block, seed, n_folds)
+        self.item_rows = block.item_of_label.astype(np.int64) * n_folds + self.fold
+        self.cells = (block.worker.astype(np.int64) * n_folds + self.fold) * n_classes + block.label
         index = sp_index_dtype(max(block.n_items * n_folds, n_workers * n_folds * n_classes, m))
         ones = shared_ones(m, np.float64)
         columns = np.arange(m, dtype=index)
-        rows = block.item_of_label.astype(np.int64) * n_folds + self.fold
-        self.by_item = sp.csr_matrix((ones, (rows.astype(index), columns)), shape=(block.n_items * n_folds, m))
-        cells = (block.worker.astype(np.int64) * n_folds + self.fold) * n_classes + block.label
-        self.by_cell = sp.csr_matrix((ones, (cells.astype(index), columns)),
+        self.by_item = sp.csr_matrix((ones, (self.item_rows.astype(index), columns)),
+                                     shape=(block.n_items * n_folds, m))
+        self.by_cell = sp.csr_matrix((ones, (self.cells.astype(index), columns)),
                                      shape=(n_workers * n_folds * n_classes, m))
 
 
@@ -109,27 +108,36 @@ def fold_stats(block: Block, log_pi: np.ndarray, log_alpha: np.ndarray, seed: in
     dict
         ``fold_confusion`` (K, F, S, C, C): expected counts over each fold's training labels;
         ``fold_classes`` (F, S, C); ``fold_evidence`` (F, S): ``log p`` of the training labels;
-        ``heldout`` (F, S): the held-out log-likelihood of each fold's labels; ``heldout_labels`` (F,).
+        ``heldout`` (F, S): the held-out log-likelihood of each fold's labels; ``heldout_labels`` (F,);
+        ``heldout_cross`` (S, S): ``sum_i h_i h_i^T`` of the items' held-out log-likelihoods ``h_i`` (S,);
+        ``heldout_items``: the number of items.
     """
     n_workers, n_folds, n_struct, n_classes = log_pi.shape[:4]
     n, m = block.n_items, block.n_labels
+    sc = n_struct * n_classes
     index = _fold_index(block, seed, n_folds, n_workers, n_classes)
-    own = log_pi[block.worker, index.fold, :, :, block.label]  # (m, S, C): each label under its own fold's fit
-    own_sum = np.asarray(index.by_item @ own.reshape(m, -1)).reshape(n, n_folds, n_struct, n_classes)
-    train = label_loglik(block, log_pi) - own_sum  # (n, F, S, C): every fold's fit on its training labels
-    scores = fix_scores(block, log_alpha[None] + train)
-    posterior, log_evidence = normalize_log(scores, axis=3)
-    log_posterior = scores - log_evidence[..., None]
-    predictive = log_posterior[block.item_of_label, index.fold] + own  # (m, S, C)
-    top = predictive.max(axis=2, keepdims=True)
-    label_ll = np.log(np.exp(predictive - top).sum(axis=2)) + top[..., 0]  # (m, S)
+    # every fold's fit summed over all of an item's labels: (n, F S C), rows in C order
+    by_label = np.moveaxis(log_pi, 4, 1).reshape(n_workers * n_classes, n_folds * sc)
+    total = np.asarray(incidence(block, n_workers, n_classes).T @ by_label).reshape(n * n_folds, sc)
+    # each label under its own fold's fit, (m, S C), and their sums per (item, fold)
+    own = np.take(np.moveaxis(log_pi, 4, 2).reshape(n_workers * n_folds * n_classes, sc), index.cells, axis=0)
+    total -= index.by_item @ own  # every fold's fit on its training labels
+    scores = fix_scores(block, total.reshape(n, n_folds, n_struct, n_classes) + log_alpha[None])
+    posterior, log_evidence = _normalize_classes(scores)
+    # p(label | the item's labels outside its fold) = sum_t q[t] pi[t, label]
+    np.exp(own, out=own)
+    own *= np.take(posterior.reshape(n * n_folds, sc), index.item_rows, axis=0)
+    label_ll = np.log(_sum_classes(own.reshape(m, n_struct, n_classes)))  # (m, S)
     heldout = np.stack([np.bincount(index.fold, weights=label_ll[:, s], minlength=n_folds)
                         for s in range(n_struct)], axis=1)
     item_ll = np.stack([np.bincount(block.item_of_label, weights=label_ll[:, s], minlength=n)
                         for s in range(n_struct)], axis=1)  # (n, S): each item's held-out labels
-    own_posterior = posterior[block.item_of_label, index.fold].reshape(m, -1)  # (m, S C)
-    own_counts = np.asarray(index.by_cell @ own_posterior).reshape(n_workers, n_folds, n_classes, n_struct, n_classes)
-    counts = confusion_counts(block, posterior, n_workers, n_classes) - np.moveaxis(own_counts, 2, 4)
+    flat = posterior.reshape(n, n_folds * sc)
+    all_counts = np.asarray(incidence(block, n_workers, n_classes) @ flat)  # [k C + c, (f, s, t)]
+    all_counts = all_counts.reshape(n_workers, n_classes, n_folds, n_struct, n_classes)
+    own_counts = np.asarray(index.by_cell @ np.take(flat.reshape(n * n_folds, sc), index.item_rows, axis=0))
+    own_counts = own_counts.reshape(n_workers, n_folds, n_classes, n_struct, n_classes)
+    counts = np.moveaxis(all_counts, 1, 4) - np.moveaxis(own_counts, 2, 4)  # (K, F, S, C_t, C_c)
     return {
         "fold_confusion": np.maximum(counts, 0.0),
         "fold_classes": posterior.sum(axis=0),
@@ -139,6 +147,28 @@ def fold_stats(block: Block, log_pi: np.ndarray, log_alpha: np.ndarray, seed: in
         "heldout_cross": item_ll.T @ item_ll,
         "heldout_items": np.array(float(n)),
     }
+
+
+def _sum_classes(values: np.ndarray) -> np.ndarray:
+    """The sum over the last, short axis (C), as C - 1 vector additions: faster than a reduction along a short
+    contiguous axis."""
+    out = values[..., 0].copy()
+    for t in range(1, values.shape[-1]):
+        out += values[..., t]
+    return out
+
+
+def _normalize_classes(log_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`crowdspark.models.common.normalize_log` over the last, short axis (C) of a C-ordered array,
+    with the reductions written as C - 1 vector operations."""
+    top = log_scores[..., 0].copy()
+    for t in range(1, log_scores.shape[-1]):
+        np.maximum(top, log_scores[..., t], out=top)
+    top[~np.isfinite(top)] = 0.0
+    probs = np.exp(log_scores - top[..., None])
+    total = _sum_classes(probs)
+    probs /= total[..., None]
+    return probs, np.log(total) + top
 
 
 def one_se_choice(heldout: np.ndarray, cross: np.ndarray, n_items: float, order: np.ndarray) -> tuple[int, np.ndarray]:
