@@ -40,7 +40,8 @@ _WORKER_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
 def pair_keys(item_keys: np.ndarray, worker: np.ndarray) -> np.ndarray:
     """A 64-bit key per (item key, worker index) pair, uint64 (m,)."""
     with np.errstate(over="ignore"):
-        return np.asarray(item_keys, dtype=np.uint64) + (np.asarray(worker, np.uint64) + np.uint64(1)) * _WORKER_MULTIPLIER
+        spread = (np.asarray(worker, np.uint64) + np.uint64(1)) * _WORKER_MULTIPLIER
+        return np.asarray(item_keys, dtype=np.uint64) + spread
 
 
 def label_folds(block: Block, seed: int, n_folds: int) -> np.ndarray:

@@ -5,8 +5,9 @@
 
 Each run is a fresh process (``python -m crowdspark aggregate --algorithm ads --engine local --seed 1``) with
 ``PYTHONPATH`` set to the tree (``--before``: a checkout of the old code; ``--after``: this repository by
-default; ``--after-set`` options go to its runs only); the runs alternate between the trees, so load on the machine falls on both alike.  Prints the wall
-time of every run and the median per tree and dataset, and the structure each run chose.
+default; ``--after-set`` options go to its runs only); the runs alternate between the trees, so load on the
+machine falls on both alike.  Prints the wall time of every run and the median per tree and dataset, and the
+structure each run chose.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@
 
 Every run is the command line's on the local engine with ``--seed 1`` (``aggregate_frames``, as
 ``adaptive_table.py``).  Per regime and data seed ``0 .. seeds - 1`` it runs ``ads`` with
-``ads.criterion=heldout``, ``ads`` with its default (AIC), ``ds``, ``one-coin`` and ``mv``; ``oracle`` is the better of ``ds``
-and ``one-coin`` on each draw (in hindsight, scored with the planted truth).  Prints the mean error (%) per
+``ads.criterion=heldout``, ``ads`` with its default (AIC), ``ds``, ``one-coin`` and ``mv``; ``oracle`` is the
+better of ``ds`` and ``one-coin`` on each draw (in hindsight, scored with the planted truth).  Prints the mean error (%) per
 regime and how often each rule picked one-coin.  With ``--real``, the same on the 12 bundled datasets (a report:
 nothing here was chosen by their gold).
 """
@@ -92,6 +92,11 @@ def run_all(labels: pd.DataFrame, truth: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def _picked(draws: list[dict[str, float]]) -> str:
+    """How many draws each ``ads`` rule kept one-coin on, ``"a of n / b of n"``."""
+    return " / ".join(f"{int(sum(d[f'{r}_one_coin'] for d in draws))} of {len(draws)}" for r in ("heldout", "aic"))
+
+
 def table(rows: dict[str, list[dict[str, float]]], title: str, mean_row: bool = False) -> None:
     columns = ["heldout", "aic", "ds", "one-coin", "oracle", "mv"]
     print(f"\n{title}\n")
@@ -99,12 +104,12 @@ def table(rows: dict[str, list[dict[str, float]]], title: str, mean_row: bool = 
     print("|---|" + "---|" * (len(columns) + 1))
     for name, draws in rows.items():
         cells = [f"{np.mean([d[c] for d in draws]):.2f}" for c in columns]
-        picked = " / ".join(f"{int(sum(d[f'{r}_one_coin'] for d in draws))} of {len(draws)}" for r in ("heldout", "aic"))
+        picked = _picked(draws)
         print(f"| {name} | " + " | ".join(cells) + f" | {picked} |")
     if mean_row:
         draws = [d for ds in rows.values() for d in ds]
         cells = [f"**{np.mean([d[c] for d in draws]):.2f}**" for c in columns]
-        picked = " / ".join(f"{int(sum(d[f'{r}_one_coin'] for d in draws))} of {len(draws)}" for r in ("heldout", "aic"))
+        picked = _picked(draws)
         print(f"| mean | " + " | ".join(cells) + f" | {picked} |")
 
 
