@@ -11,6 +11,9 @@ Three generators share one chunk generator:
   much of the work, as in real crowds).
 - :func:`idbla_data` -- the IDBLA model: items also have a level; a worker's matrix at level ``h`` is its
   base matrix mixed towards uniform with weight ``level_noise[h]`` (increasing with ``h``).
+- :func:`mixed_crowd_data` -- a crowd of two kinds of workers (in one process only): a few prolific workers who
+  label almost every item, with per-class accuracies (class-biased or not), and many sparse one-coin workers
+  with a fixed number of labels each, spread so that each item gets a number of labels in a range.
 - :func:`paper_synthetic` -- the paper's Synthetic set (section 5.1.4): each worker ``k`` labels each item
   independently with probability ``rho[k]``; parameters calibrated to the paper's reported statistics.
 
@@ -55,6 +58,7 @@ __all__ = [
     "PAPER",
     "dawid_skene_data",
     "idbla_data",
+    "mixed_crowd_data",
     "paper_synthetic",
     "write_parquet",
     "default_truth_path",
@@ -629,6 +633,111 @@ def paper_synthetic(seed: int = 0) -> LabelsTruthParams:
         ``alpha`` (5,), ``beta`` (2,), ``pi`` (100, 2, 5, 5), ``rho`` (100,), ``level_noise`` (2,).
     """
     return _generate(_paper_spec(seed, CHUNK_ITEMS))
+
+
+_KIND_MIXED = 4
+
+
+def mixed_crowd_data(
+    n_items: int,
+    class_proportions: Sequence[float],
+    seed: int,
+    *,
+    n_prolific: int = 3,
+    coverage: float = 0.97,
+    prolific_accuracy: tuple[float, float] = (0.65, 0.85),
+    class_biased: bool = True,
+    sparse_labels_per_item: tuple[int, int] = (2, 8),
+    labels_per_sparse_worker: int = 15,
+    sparse_accuracy: tuple[float, float] = (0.55, 0.95),
+    sparse_class_shift: Sequence[float] | None = None,
+) -> LabelsTruthParams:
+    """A crowd of a few prolific workers and many sparse one-coin workers.
+
+    Each prolific worker labels each item independently with probability ``coverage``; its confusion matrix
+    has the diagonal ``pi[k, t, t] ~ Uniform(prolific_accuracy)`` drawn per class (``class_biased``) or once
+    per worker, errors spread uniformly over the other classes.  Each item also gets
+    ``Uniform{sparse_labels_per_item}`` labels from sparse workers: the item's slots are shuffled and dealt to
+    workers ``labels_per_sparse_worker`` at a time (a slot that would repeat a worker on an item is dropped),
+    so the number of sparse workers follows from the slots.  A sparse worker is one-coin: right with
+    probability ``a ~ Uniform(sparse_accuracy)``, else any other class alike; with ``sparse_class_shift``
+    ``delta`` (C,), right on class t with probability ``a + delta[t]`` (clipped to [0.02, 0.99]): every
+    sparse worker shares the same asymmetry between classes.
+
+    Parameters
+    ----------
+    n_items : int
+    class_proportions : sequence of float, shape (C,)
+        ``alpha`` (normalized); C >= 2.
+    seed : int
+        Non-negative; the same arguments and seed give the same data.
+    n_prolific : int
+    coverage : float
+    prolific_accuracy, sparse_accuracy : (float, float)
+    sparse_class_shift : sequence of float, shape (C,), optional
+    class_biased : bool
+    sparse_labels_per_item : (int, int)
+        Inclusive range of each item's sparse labels.
+    labels_per_sparse_worker : int
+
+    Returns
+    -------
+    labels : DataFrame
+        String columns ``item``, ``worker``, ``label``, ordered by item; prolific workers are the first ids.
+    truth : DataFrame, shape (I, 2)
+        ``item``, ``truth``.
+    params : dict
+        ``alpha`` (C,), ``pi`` (K, C, C).
+    """
+    n_items = check_int("n_items", n_items, minimum=1)
+    seed = check_int("seed", seed, minimum=0)
+    n_prolific = check_int("n_prolific", n_prolific, minimum=0)
+    per_worker = check_int("labels_per_sparse_worker", labels_per_sparse_worker, minimum=1)
+    coverage = check_float("coverage", coverage, minimum=0.0, maximum=1.0)
+    alpha = _check_proportions("class_proportions", class_proportions, len(class_proportions))
+    c = alpha.size
+    low, high = sorted(int(v) for v in sparse_labels_per_item)
+    rng = _generator(seed, _KIND_MIXED)
+    truth = _categorical(rng, np.cumsum(alpha), n_items)
+    diag_size = (n_prolific, c) if class_biased else (n_prolific, 1)
+    prolific_diag = np.broadcast_to(rng.uniform(*_check_range("prolific_accuracy", prolific_accuracy), diag_size),
+                                    (n_prolific, c))
+    p_items = [np.flatnonzero(rng.random(n_items) < coverage) for _ in range(n_prolific)]
+    slots = np.repeat(np.arange(n_items), rng.integers(low, high + 1, n_items))
+    slots = slots[rng.permutation(slots.size)]
+    n_sparse = math.ceil(slots.size / per_worker)
+    sparse_worker = n_prolific + np.arange(slots.size) // per_worker
+    pairs = pd.DataFrame({"item": np.concatenate([*p_items, slots]),
+                          "worker": np.concatenate([np.full(len(x), k) for k, x in enumerate(p_items)]
+                                                   + [sparse_worker]).astype(np.int64)})
+    pairs = pairs.drop_duplicates().sort_values(["item", "worker"], kind="stable").reset_index(drop=True)
+    diag = np.concatenate([prolific_diag,
+                           np.repeat(rng.uniform(*_check_range("sparse_accuracy", sparse_accuracy), (n_sparse, 1)),
+                                     c, axis=1)])
+    if sparse_class_shift is not None:
+        shift = np.asarray(sparse_class_shift, dtype=np.float64)
+        if shift.shape != (c,) or not np.all(np.isfinite(shift)):
+            raise ConfigError(f"sparse_class_shift must be {c} finite numbers, but got {sparse_class_shift!r}")
+        diag[n_prolific:] = np.clip(diag[n_prolific:] + shift, 0.02, 0.99)
+    off = (1.0 - diag) / (c - 1)
+    pi = np.repeat(off[:, :, None], c, axis=2)
+    pi[:, np.arange(c), np.arange(c)] = diag
+    item, worker = pairs["item"].to_numpy(), pairs["worker"].to_numpy()
+    labels = _categorical_rows(rng, np.cumsum(pi[worker, truth[item]], axis=1))
+    n_workers = n_prolific + n_sparse
+    item_names = np.array([f"i{i:0{_id_width(n_items, 6)}d}" for i in range(n_items)], dtype=object)
+    worker_names = np.array([f"w{k:0{_id_width(n_workers, 4)}d}" for k in range(n_workers)], dtype=object)
+    classes = np.array(class_names(c), dtype=object)
+    labels_frame = pd.DataFrame({"item": item_names[item], "worker": worker_names[worker], "label": classes[labels]})
+    truth_frame = pd.DataFrame({"item": item_names, "truth": classes[truth]})
+    logger.info("generated mixed crowd: %d labels, %d items, %d workers", len(labels_frame), n_items, n_workers)
+    return labels_frame, truth_frame, {"alpha": alpha, "pi": pi}
+
+
+def _categorical_rows(rng: np.random.Generator, cumulative: np.ndarray) -> np.ndarray:
+    """One draw per row of ``cumulative`` (m, C), the rows' cumulative probabilities, int64 (m,)."""
+    u = rng.random(cumulative.shape[0])[:, None]
+    return np.minimum((u >= cumulative).sum(axis=1), cumulative.shape[1] - 1)
 
 
 # ----------------------------------------------------------------------------------------------------------

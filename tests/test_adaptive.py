@@ -110,7 +110,9 @@ def test_summary_records_the_choice_and_a_warm_start_keeps_it(tmp_path):
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("criterion", "hqc", r"ads\.criterion must be one of \['aic', 'bic'\]"),
+    ("criterion", "hqc", r"ads\.criterion must be one of \['aic', 'bic', 'heldout'\]"),
+    ("folds", 1, r"ads\.folds must be"),
+    ("holdout_iter", 1, r"ads\.holdout_iter must be"),
     ("structure", "two-coin", r"ads\.structure must be one of \['auto', 'full', 'one-coin'\]"),
     ("smoothing", 0.0, r"ads\.smoothing must be a number > 0"),
 ])

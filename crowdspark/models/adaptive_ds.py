@@ -1,5 +1,6 @@
 """Adaptive Dawid-Skene (``ads``): full confusion matrices or one accuracy per worker, whichever the crowd
-supports, chosen by an information criterion on the fitted likelihood.
+supports, chosen by an information criterion on the fitted likelihood or by how well each predicts labels it
+was not fitted on.
 
 Notation
 --------
@@ -13,10 +14,23 @@ log-likelihood of the labels at structure m's parameters and ``d[m]`` its number
 Both structures are fitted in the same sweeps from the same data: one E-step computes the log scores of every
 item under both (``log_pi`` stacked as (K, 2, C, C): one pass over the labels), and the additive statistics
 are the expected confusion and class counts of both, (K, 2, C, C) and (2, C).  The driver runs each
-structure's M-step and, every sweep, chooses the structure with the lower criterion:
-AIC ``-2 LL[m] + 2 d[m]`` (the default) or BIC ``-2 LL[m] + d[m] log(n_labels)``.  The answers are the chosen
-structure's posteriors.  The objective the loop watches is the sum of both structures' log posteriors per
-label, which EM never decreases.
+structure's M-step.  The answers are the chosen structure's posteriors.  The objective the loop watches is the
+sum of both structures' log posteriors per label, which EM never decreases.
+
+The structure is chosen by ``criterion``:
+
+- ``"aic"`` (the default): ``-2 LL[m] + 2 d[m]``; ``"bic"``: ``-2 LL[m] + d[m] log(n_labels)`` (every sweep,
+  one stage).
+- ``"heldout"``: once both structures have converged on all labels, a second stage of the fit
+  (:meth:`AdaptiveDawidSkene.next_stage`) fits both again on each of F folds' training labels
+  (:mod:`crowdspark.models.holdout`: a fold is a mask on labels keyed by (seed, item, worker)), started from
+  the all-labels fit, for ``holdout_iter`` sweeps, and keeps the structure with the fewest parameters whose
+  held-out label log-likelihood ``HLL[m]`` is within one standard error of the best
+  (:func:`~crowdspark.models.holdout.one_se_choice`).  The all-labels parameters are left as they were: no
+  refit is needed.
+
+A candidate structure is one entry of :data:`CANDIDATES` (its M-step from expected counts and its number of
+free parameters); the E-step, the folds and the choice are written once for all of them.
 
 A run that starts from a previous run's model (``--warm-start``, an incremental night) keeps that run's
 structure (``structure_kept`` in ``summary.json``), as ``dds`` keeps its number of levels, so the answers
@@ -25,7 +39,9 @@ of a nightly job do not switch models from one night to the next.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -40,22 +56,68 @@ from crowdspark.models.common import (
     normalize_log,
     tie_uniforms,
 )
+from crowdspark.models.base import Schedule
 from crowdspark.models.dawid_skene import DawidSkene, ds_e_step, ds_m_step
+from crowdspark.models.holdout import fold_stats, one_se_choice
 from crowdspark.models.one_coin import one_coin_log_pi, one_coin_log_prior, one_coin_m_step
 from crowdspark.stats import Stats
-from crowdspark.validation import check_choice
+from crowdspark.validation import check_choice, check_int
 
 __all__ = ["AdaptiveDawidSkene", "STRUCTURES", "structure_scores"]
 
-#: the structures, in the order of ``log_pi``'s second axis
-STRUCTURES = ("full", "one-coin")
-CRITERIA = ("aic", "bic")
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A worker structure ``ads`` can choose: its M-step and its number of free parameters.
+
+    Attributes
+    ----------
+    m_step : callable
+        ``(confusion (K, C, C), classes (C,), smoothing) -> {"log_pi": (K, C, C), "log_alpha": (C,)}``.
+    n_worker_params : callable
+        ``(C) ->`` free parameters per worker.
+    """
+
+    m_step: Callable[[np.ndarray, np.ndarray, float], dict[str, np.ndarray]]
+    n_worker_params: Callable[[int], int]
+
+
+#: the candidate structures, in the order of ``log_pi``'s second axis
+CANDIDATES: dict[str, Candidate] = {
+    "full": Candidate(ds_m_step, lambda c: c * (c - 1)),
+    "one-coin": Candidate(one_coin_m_step, lambda c: 1),
+}
+STRUCTURES = tuple(CANDIDATES)
+#: the candidates from the fewest parameters per worker to the most (the one-standard-error rule's order)
+SIMPLEST_FIRST = np.argsort([cand.n_worker_params(3) for cand in CANDIDATES.values()], kind="stable")
+CRITERIA = ("aic", "bic", "heldout")
 
 
 def n_free_params(n_workers: int, n_classes: int) -> np.ndarray:
-    """``d[m]``, the free parameters of each structure, shape (2,)."""
+    """``d[m]``, the free parameters of each structure, shape (M,)."""
     shared = n_classes - 1
-    return np.array([n_workers * n_classes * (n_classes - 1) + shared, n_workers + shared], dtype=np.float64)
+    return np.array([n_workers * cand.n_worker_params(n_classes) + shared for cand in CANDIDATES.values()],
+                    dtype=np.float64)
+
+
+def candidates_m_step(confusion: np.ndarray, classes: np.ndarray, smoothing: float) -> dict[str, np.ndarray]:
+    """Every candidate's M-step.
+
+    Parameters
+    ----------
+    confusion : ndarray, shape (K, M, C, C)
+    classes : ndarray, shape (M, C)
+    smoothing : float
+
+    Returns
+    -------
+    dict with ``log_pi`` (K, M, C, C) and ``log_alpha`` (M, C)
+    """
+    fits = [cand.m_step(confusion[:, m], classes[m], smoothing) for m, cand in enumerate(CANDIDATES.values())]
+    return {"log_pi": np.stack([f["log_pi"] for f in fits], axis=1),
+            "log_alpha": np.stack([f["log_alpha"] for f in fits])}
 
 
 def structure_scores(log_lik: np.ndarray, n_params: np.ndarray, n_labels: float, criterion: str) -> np.ndarray:
@@ -92,20 +154,30 @@ def _block_stats(block: Block, posterior: np.ndarray, n_workers: int, n_classes:
 
 @dataclass(frozen=True)
 class AdaptiveDawidSkene(DawidSkene):
-    """Dawid-Skene with full confusion matrices or one accuracy per worker, chosen per run by AIC or BIC.
+    """Dawid-Skene with full confusion matrices or one accuracy per worker, chosen per run by AIC (or BIC, or
+    held-out label likelihood).
 
     Parameters
     ----------
     n_workers, n_classes, seed, max_iter, tol, smoothing : int or float
-        As :class:`~crowdspark.models.dawid_skene.DawidSkene` (``smoothing`` in both structures' M-steps).
+        As :class:`~crowdspark.models.dawid_skene.DawidSkene` (``smoothing`` in both structures' M-steps;
+        ``max_iter`` bounds the fit on all labels, the held-out stage adds at most ``holdout_iter`` sweeps).
     criterion : str
-        How the structure is chosen: ``"aic"`` (``-2 LL + 2 d``) or ``"bic"`` (``-2 LL + d log n_labels``).
+        How the structure is chosen: ``"aic"`` (``-2 LL + 2 d``), ``"bic"`` (``-2 LL + d log n_labels``) or
+        ``"heldout"`` (held-out label log-likelihood over ``folds`` folds, the one-standard-error rule).
     structure : str
         ``"auto"`` (choose by ``criterion``), or ``"full"`` / ``"one-coin"`` to fix it.
+    folds : int
+        F in [2, 20], the folds of ``"heldout"``: each fold's fit leaves out about 1/F of the labels.
+    holdout_iter : int
+        Sweeps of the folds' fits, started from the fit on all labels (at least 2: the held-out likelihood is
+        scored at the last sweep's E-step, whose parameters the previous sweep fitted without the fold).
     """
 
     criterion: str = "aic"
     structure: str = "auto"
+    folds: int = 5
+    holdout_iter: int = 5
 
     name: ClassVar[str] = "ads"
     title: ClassVar[str] = "adaptive Dawid-Skene"
@@ -122,29 +194,41 @@ class AdaptiveDawidSkene(DawidSkene):
         super().__post_init__()
         check_choice("ads.criterion", self.criterion, list(CRITERIA))
         check_choice("ads.structure", self.structure, ["auto", *STRUCTURES])
+        check_int("ads.folds", self.folds, minimum=2, maximum=20)
+        check_int("ads.holdout_iter", self.holdout_iter, minimum=2)
+
+    @property
+    def schedule(self) -> Schedule:
+        """``max_iter`` sweeps on all labels, and ``holdout_iter`` more for the held-out stage."""
+        extra = self.holdout_iter if self._holds_out() else 0
+        return Schedule(max_sweeps=self.max_iter + extra, tol=self.tol)
+
+    def _holds_out(self) -> bool:
+        """Whether a cold run of this configuration chooses the structure by held-out likelihood."""
+        return self.criterion == "heldout" and self.structure == "auto"
 
     def _m_step(self, stats: Stats) -> dict[str, np.ndarray]:
-        full = ds_m_step(stats["confusion"][:, 0], stats["classes"][0], self.smoothing)
-        coin = one_coin_m_step(stats["confusion"][:, 1], stats["classes"][1], self.smoothing)
-        return {
-            "log_pi": np.stack([full["log_pi"], coin["log_pi"]], axis=1),
-            "log_alpha": np.stack([full["log_alpha"], coin["log_alpha"]]),
-        }
+        return candidates_m_step(stats["confusion"], stats["classes"], self.smoothing)
 
     def _fixed_structure(self) -> np.ndarray:
         """The configured structure's index, shape (1,), or -1 for ``"auto"``."""
         return np.array([STRUCTURES.index(self.structure) if self.structure != "auto" else -1], dtype=np.int64)
 
     def footprint(self) -> Footprint:
-        """Both structures' confusion matrices (K, 2, C, C) and the scores of both over the true class (n, 2, C)."""
-        k, c = self.n_workers, self.n_classes
-        return Footprint(params=2 * (k * c * c + c), item=2 * c,
-                         largest=(("workers", k), ("structures", 2), ("classes", c), ("classes", c)))
+        """Both structures' confusion matrices (K, 2, C, C) and the scores of both over the true class (n, 2, C);
+        with the held-out stage, those of the F folds' fits too."""
+        k, c, m = self.n_workers, self.n_classes, len(STRUCTURES)
+        if not self._holds_out():
+            return Footprint(params=m * (k * c * c + c), item=m * c,
+                             largest=(("workers", k), ("structures", m), ("classes", c), ("classes", c)))
+        f = 1 + self.folds  # the held-out stage adds every fold's fit
+        return Footprint(params=f * m * (k * c * c + c), item=f * m * c,
+                         largest=(("workers", k), ("fits", f), ("structures", m), ("classes", c), ("classes", c)))
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         state, stats = super().init_block(block)  # both structures start from the same majority-vote counts
-        return state, {"confusion": np.repeat(stats["confusion"][:, None], 2, axis=1),
-                       "classes": np.repeat(stats["classes"][None], 2, axis=0)}
+        return state, {"confusion": np.repeat(stats["confusion"][:, None], len(STRUCTURES), axis=1),
+                       "classes": np.repeat(stats["classes"][None], len(STRUCTURES), axis=0)}
 
     def init_params(self, stats: Stats) -> dict[str, Any]:
         params = self._m_step(stats)
@@ -152,10 +236,13 @@ class AdaptiveDawidSkene(DawidSkene):
         fixed = self._fixed_structure()
         params["structure"] = np.maximum(fixed, 0)
         params["kept"] = bool(fixed[0] >= 0)
-        params["log_lik"] = np.full(2, np.nan)
+        params["log_lik"] = np.full(len(STRUCTURES), np.nan)
+        params["stage"] = 0
         return params
 
     def local_step(self, block: Block, state: State, params: Any, sweep: int) -> tuple[State, Stats]:
+        if params["stage"] == 1:
+            return None, fold_stats(block, params["fold_log_pi"], params["fold_log_alpha"], self.seed)
         posterior, log_evidence = _e_step(block, params["log_pi"], params["log_alpha"])
         stats = _block_stats(block, posterior, self.n_workers, self.n_classes)
         stats["log_evidence"] = log_evidence.sum(axis=0)
@@ -170,20 +257,68 @@ class AdaptiveDawidSkene(DawidSkene):
         ])
 
     def choose(self, log_lik: np.ndarray, params: Any) -> np.ndarray:
-        """The structure's index, shape (1,): the kept or configured one, else the criterion's choice."""
+        """The structure's index, shape (1,): the kept or configured one, else the information criterion's
+        choice (AIC for ``"heldout"`` until its held-out stage has chosen)."""
         if params["kept"]:
             return params["structure"]
+        criterion = "aic" if self.criterion == "heldout" else self.criterion
         scores = structure_scores(log_lik, n_free_params(self.n_workers, self.n_classes), params["n_labels"],
-                                  self.criterion)
+                                  criterion)
         return np.array([int(np.argmin(scores))], dtype=np.int64)
 
     def global_step(self, stats: Stats, params: Any, sweep: int) -> Update:
+        if params["stage"] == 1:
+            return self._heldout_step(stats, params)
         log_lik = np.asarray(stats["log_evidence"], dtype=np.float64)
         objective = float((log_lik + self._log_prior(params)).sum() / params["n_labels"])
         new = self._m_step(stats)
         new.update(n_labels=params["n_labels"], kept=params["kept"], log_lik=log_lik,
-                   structure=self.choose(log_lik, params))
-        return Update(params=new, objective=objective)
+                   structure=self.choose(log_lik, params), stage=0)
+        change = None
+        if sweep >= self.max_iter and self._opens_heldout(params):
+            # out of sweeps on all labels: the held-out stage still runs (its own holdout_iter sweeps)
+            log.warning("ads: the fit on all labels reached max_iter=%d before converging; the held-out stage "
+                        "starts from it", self.max_iter)
+            new["full_fit_stopped"] = True
+            change = -np.inf
+        return Update(params=new, objective=objective, change=change)
+
+    def _opens_heldout(self, params: Any) -> bool:
+        return self.criterion == "heldout" and not params["kept"]
+
+    def next_stage(self, params: Any) -> Any | None:
+        """Once the fit on all labels has converged, with ``criterion = "heldout"`` and no kept structure: the
+        held-out stage, every fold's fit started from the fit on all labels; ``None`` after it."""
+        if params["stage"] != 0 or not self._opens_heldout(params):
+            return None
+        new = dict(params)
+        new["stage"] = 1
+        new["holdout_sweeps"] = 0
+        new["fold_log_pi"] = np.repeat(params["log_pi"][:, None], self.folds, axis=1)
+        new["fold_log_alpha"] = np.repeat(params["log_alpha"][None], self.folds, axis=0)
+        log.info("ads: fit on all labels converged; fitting %d folds for the held-out likelihood", self.folds)
+        return new
+
+    def _heldout_step(self, stats: Stats, params: Any) -> Update:
+        """A sweep of the held-out stage: every fold's M-step, the held-out log-likelihood of the E-step's
+        parameters and the structure it chooses; the all-labels parameters stay as they are."""
+        fits = [candidates_m_step(stats["fold_confusion"][:, f], stats["fold_classes"][f], self.smoothing)
+                for f in range(self.folds)]
+        heldout = np.asarray(stats["heldout"], dtype=np.float64)
+        new = dict(params)
+        new["fold_log_pi"] = np.stack([fit["log_pi"] for fit in fits], axis=1)
+        new["fold_log_alpha"] = np.stack([fit["log_alpha"] for fit in fits])
+        new["heldout"] = heldout
+        choice, standard_error = one_se_choice(heldout.sum(axis=0), np.asarray(stats["heldout_cross"]),
+                                               float(stats["heldout_items"]), SIMPLEST_FIRST)
+        new["heldout_se"] = standard_error
+        new["structure"] = np.array([choice], dtype=np.int64)
+        new["holdout_sweeps"] = params["holdout_sweeps"] + 1
+        objective = float(np.asarray(stats["fold_evidence"]).sum() / max(params["n_labels"], 1.0))
+        done = new["holdout_sweeps"] >= self.holdout_iter
+        extra = {"stage": 1.0, **{f"heldout_{name}": float(v) / max(params["n_labels"], 1.0)
+                                  for name, v in zip(STRUCTURES, heldout.sum(axis=0))}}
+        return Update(params=new, objective=objective, change=-np.inf if done else None, extra=extra)
 
     def _chosen(self, params: Any) -> tuple[np.ndarray, np.ndarray]:
         m = int(params["structure"][0])
@@ -236,17 +371,34 @@ class AdaptiveDawidSkene(DawidSkene):
         m = int(params["structure"][0])
         log_lik = np.asarray(params["log_lik"], dtype=np.float64)
         n_params = n_free_params(self.n_workers, self.n_classes)
-        scores = structure_scores(log_lik, n_params, params["n_labels"], self.criterion)
+        heldout = params.get("heldout")
+        if self.criterion == "heldout":
+            # lower is better, as the information criteria: minus the held-out log-likelihood
+            scores = (-np.asarray(heldout).sum(axis=0) if heldout is not None
+                      else np.full(len(STRUCTURES), np.nan))
+            chosen_by = "held-out log-likelihood (one-standard-error rule)"
+        else:
+            scores = structure_scores(log_lik, n_params, params["n_labels"], self.criterion)
+            chosen_by = f"lower {self.criterion.upper()}"
         reason = ("kept from the warm-start model" if params["kept"] and self.structure == "auto" else
-                  "set by ads.structure" if self.structure != "auto" else f"lower {self.criterion.upper()}")
+                  "set by ads.structure" if self.structure != "auto" else chosen_by)
+        selection: dict[str, Any] = {
+            "criterion": self.criterion,
+            "reason": reason,
+            "log_likelihood": dict(zip(STRUCTURES, log_lik.tolist())),
+            "n_params": dict(zip(STRUCTURES, n_params.tolist())),
+            "score": dict(zip(STRUCTURES, scores.tolist())),
+        }
+        if heldout is not None:
+            selection["heldout"] = {
+                "folds": self.folds,
+                "sweeps": int(params["holdout_sweeps"]),
+                "log_likelihood": dict(zip(STRUCTURES, np.asarray(heldout).sum(axis=0).tolist())),
+                "standard_error": dict(zip(STRUCTURES, np.asarray(params["heldout_se"]).tolist())),
+                "full_fit_converged": not params.get("full_fit_stopped", False),
+            }
         return {
             "class_proportions": np.exp(params["log_alpha"][m]).tolist(),
             "structure": STRUCTURES[m],
-            "structure_selection": {
-                "criterion": self.criterion,
-                "reason": reason,
-                "log_likelihood": dict(zip(STRUCTURES, log_lik.tolist())),
-                "n_params": dict(zip(STRUCTURES, n_params.tolist())),
-                "score": dict(zip(STRUCTURES, scores.tolist())),
-            },
+            "structure_selection": selection,
         }

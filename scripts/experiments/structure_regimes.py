@@ -1,0 +1,139 @@
+"""``ads``'s structure choice on synthetic crowd regimes the 12 bundled datasets do not cover, and on the 12.
+
+    .venv/bin/python scripts/experiments/structure_regimes.py [--seeds 5] [--real] [--json out.json]
+
+Every run is the command line's on the local engine with ``--seed 1`` (``aggregate_frames``, as
+``adaptive_table.py``).  Per regime and data seed ``0 .. seeds - 1`` it runs ``ads`` with
+``ads.criterion=heldout``, ``ads`` with its default (AIC), ``ds``, ``one-coin`` and ``mv``; ``oracle`` is the
+better of ``ds`` and ``one-coin`` on each draw (in hindsight, scored with the planted truth).  Prints the mean error (%) per
+regime and how often each rule picked one-coin.  With ``--real``, the same on the 12 bundled datasets (a report:
+nothing here was chosen by their gold).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts" / "experiments"))
+
+from adaptive_table import DATASETS, real, score  # noqa: E402
+
+from crowdspark.synthetic import dawid_skene_data, mixed_crowd_data  # noqa: E402
+
+Frames = tuple[pd.DataFrame, pd.DataFrame]
+
+#: the regimes: name -> (what it is, data seed -> (labels, truth))
+REGIMES: dict[str, tuple[str, Callable[[int], Frames]]] = {
+    "issue": (
+        "the issue's shape: 2 classes 78/22, 2,000 items, 3 workers label 97% of the items with per-class "
+        "accuracies in [0.65, 0.85], one-coin workers (accuracy in [0.55, 0.95]) with 15 labels each, 2-8 per "
+        "item (5-11 labels per item)",
+        lambda seed: mixed_crowd_data(2000, (0.78, 0.22), seed)[:2]),
+    "issue-noisy": (
+        "as issue, prolific per-class accuracies in [0.5, 0.9], sparse accuracies in [0.45, 0.8], every sparse "
+        "worker 0.05 better on the majority class and 0.1 worse on the minority one",
+        lambda seed: mixed_crowd_data(2000, (0.78, 0.22), seed, prolific_accuracy=(0.5, 0.9),
+                                      sparse_accuracy=(0.45, 0.8), sparse_class_shift=(0.05, -0.1))[:2]),
+    "issue-minority": (
+        "as issue-noisy, prolific per-class accuracies in [0.3, 0.95], the sparse workers 0.15 worse on the "
+        "minority class (full Dawid-Skene worse than majority vote)",
+        lambda seed: mixed_crowd_data(2000, (0.78, 0.22), seed, prolific_accuracy=(0.3, 0.95),
+                                      sparse_accuracy=(0.45, 0.8), sparse_class_shift=(0.05, -0.15))[:2]),
+    "issue-asymmetric": (
+        "as issue, sparse accuracies in [0.5, 0.85], every sparse worker 0.1 better on the majority class and "
+        "0.3 worse on the minority one (a shared asymmetry only full matrices can say)",
+        lambda seed: mixed_crowd_data(2000, (0.78, 0.22), seed, sparse_accuracy=(0.5, 0.85),
+                                      sparse_class_shift=(0.1, -0.3))[:2]),
+    "prolific-biased": (
+        "3 classes, 1,000 items, 8 Dawid-Skene workers (diagonals in [0.4, 0.95], errors Dirichlet(0.3)), "
+        "5 of them per item, equal activity",
+        lambda seed: dawid_skene_data(1000, 8, 3, 5, seed, accuracy=(0.4, 0.95), activity_sigma=0.0,
+                                      off_diagonal_concentration=0.3)[:2]),
+    "prolific-binary": (
+        "2 classes 70/30, 1,500 items, 12 Dawid-Skene workers (diagonals in [0.5, 0.95]), 5 per item, "
+        "log-normal activity (sigma 0.5)",
+        lambda seed: dawid_skene_data(1500, 12, 2, 5, seed, accuracy=(0.5, 0.95), activity_sigma=0.5,
+                                      class_proportions=(0.7, 0.3))[:2]),
+    "sparse-multiclass": (
+        "5 classes, 2,000 items, no prolific worker, one-coin workers (accuracy in [0.35, 0.9]) with 10 labels "
+        "each, 4-6 per item",
+        lambda seed: mixed_crowd_data(2000, (0.2,) * 5, seed, n_prolific=0, sparse_labels_per_item=(4, 6),
+                                      labels_per_sparse_worker=10, sparse_accuracy=(0.35, 0.9))[:2]),
+}
+
+#: the rules compared: column -> (algorithm, overrides)
+RULES = {"heldout": ("ads", ["ads.criterion=heldout"]), "aic": ("ads", []), "ds": ("ds", []),
+         "one-coin": ("one-coin", []), "mv": ("mv", [])}
+
+
+def run_all(labels: pd.DataFrame, truth: pd.DataFrame) -> dict[str, float]:
+    """Error (%) of each rule, the oracle's, and 1.0/0.0 whether each ``ads`` rule chose one-coin."""
+    out: dict[str, float] = {}
+    for column, (algorithm, overrides) in RULES.items():
+        error, _, model = score(labels, truth, algorithm, overrides)
+        out[column] = error
+        if algorithm == "ads":
+            out[f"{column}_one_coin"] = float(model["structure"] == "one-coin")
+        if column == "heldout":
+            held = model["structure_selection"]["heldout"]
+            out["hll_gain"] = held["log_likelihood"]["full"] - held["log_likelihood"]["one-coin"]
+            out["hll_se"] = max(held["standard_error"].values())
+    out["oracle"] = min(out["ds"], out["one-coin"])
+    return out
+
+
+def _picked(draws: list[dict[str, float]]) -> str:
+    """How many draws each ``ads`` rule kept one-coin on, ``"a of n / b of n"``."""
+    return " / ".join(f"{int(sum(d[f'{r}_one_coin'] for d in draws))} of {len(draws)}" for r in ("heldout", "aic"))
+
+
+def table(rows: dict[str, list[dict[str, float]]], title: str, mean_row: bool = False) -> None:
+    columns = ["heldout", "aic", "ds", "one-coin", "oracle", "mv"]
+    print(f"\n{title}\n")
+    print("| | " + " | ".join(columns) + " | one-coin picked (heldout / aic) |")
+    print("|---|" + "---|" * (len(columns) + 1))
+    for name, draws in rows.items():
+        cells = [f"{np.mean([d[c] for d in draws]):.2f}" for c in columns]
+        picked = _picked(draws)
+        print(f"| {name} | " + " | ".join(cells) + f" | {picked} |")
+    if mean_row:
+        draws = [d for ds in rows.values() for d in ds]
+        cells = [f"**{np.mean([d[c] for d in draws]):.2f}**" for c in columns]
+        picked = _picked(draws)
+        print(f"| mean | " + " | ".join(cells) + f" | {picked} |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=5, help="data seeds per regime")
+    parser.add_argument("--regimes", nargs="+", default=list(REGIMES))
+    parser.add_argument("--real", action="store_true", help="also the 12 bundled datasets (report only)")
+    parser.add_argument("--json", help="write every figure to this file")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    synthetic = {name: [run_all(*REGIMES[name][1](seed)) for seed in range(args.seeds)] for name in args.regimes}
+    for name in args.regimes:
+        print(f"- {name}: {REGIMES[name][0]}")
+    table(synthetic, f"Mean error (%) over data seeds 0-{args.seeds - 1}", mean_row=True)
+    result = {"synthetic": synthetic}
+    if args.real:
+        bundled = {name: [run_all(*real(name))] for name in DATASETS}
+        table(bundled, "The 12 bundled datasets (error %)", mean_row=True)
+        result["real"] = bundled
+    print(f"\n{time.perf_counter() - start:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
