@@ -21,7 +21,7 @@ import pytest
 from crowdspark.config import load_config
 from crowdspark.cli import main
 from crowdspark.io.lock import LOCK_PREFIX
-from crowdspark.io.sink import OLD_PREFIX, STAGING_PREFIX
+from crowdspark.io.files import OLD_PREFIX, STAGING_PREFIX
 from crowdspark.lake import LakeSpec
 from crowdspark.pipeline import aggregate
 from tests.helpers import DATA, written_lake
@@ -253,7 +253,7 @@ def test_no_new_data_names_a_previous_run_that_has_no_run_id(tmp_path):
 # ---- retention -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("damage", ["deleted", "integer"])
 def test_retention_deletes_nothing_when_a_kept_runs_chain_cannot_be_read(root, damage):
-    from crowdspark.io.runs import prune_runs
+    from crowdspark.io.chain import prune_runs
 
     _, out = root
     chain = run(out) / "_incremental" / "chain.json"

@@ -14,7 +14,8 @@ from crowdspark.config import load_config
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.files import LocalFiles
 from crowdspark.io.lock import OutputLock, lock_path
-from crowdspark.io.runs import default_as_of, latest_run_before, parse_as_of, prune_runs, read_latest
+from crowdspark.io.chain import prune_runs
+from crowdspark.io.runs import default_as_of, latest_run_before, parse_as_of, read_latest
 from crowdspark.lake import LakeSpec, make_lake
 from crowdspark.pipeline import aggregate
 from crowdspark.pipeline.window import Window

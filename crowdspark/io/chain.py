@@ -19,6 +19,7 @@ folder (a symbolic link), or does not begin with a full refit: it would give par
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
@@ -26,11 +27,14 @@ import pandas as pd
 
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.files import Files, files_for
+from crowdspark.io.marker import RESULT, delete_owned
 from crowdspark.io.paths import absolute_local, is_local, strip_file_scheme
-from crowdspark.io.runs import committed_runs, read_latest, resolves_beside
+from crowdspark.io.runs import committed_runs, read_latest, resolves_beside, run_as_of
 
 __all__ = ["CHAIN_FILE", "ITEMS_SCOPE", "chain_runs", "chain_payload", "check_outside_chain", "check_replaceable",
-           "resolve_run", "read_items", "newest_rows"]
+           "resolve_run", "read_items", "newest_rows", "prune_runs"]
+
+log = logging.getLogger(__name__)
 
 CHAIN_FILE = "_incremental/chain.json"
 
@@ -322,3 +326,30 @@ def read_items(output: str, spark: Any = None, folder: str = "items") -> Any:
 def _format(run: str, folder: str) -> str:
     names = os.listdir(strip_file_scheme(f"{run}/{folder}"))
     return "csv" if any(name.endswith(".csv") for name in names) else "parquet"
+
+
+def prune_runs(root: str, keep: int, spark: Any = None) -> list[str]:
+    """Delete the oldest committed runs of ``root`` beyond the newest ``keep`` (by as-of date, then run id),
+    never the one ``_LATEST.json`` names nor a run the chain of a kept run builds on (an incremental night's
+    answer, :mod:`crowdspark.io.chain`); returns the deleted paths."""
+    if keep <= 0:
+        return []
+    files = files_for(root, spark)
+    latest = read_latest(root, spark)
+    runs = sorted(((run_as_of(files, path), run_id, path) for run_id, path in committed_runs(root, spark).items()),
+                  reverse=True)
+    kept = [path for _, run_id, path in runs[:keep]] + ([latest["path"]] if latest is not None else [])
+    try:
+        needed = {run.rstrip("/").rpartition("/")[2] for path in kept for run in chain_runs(path, spark, check=False)}
+    except InputError as exc:
+        log.warning("retention: no run deleted, the runs a kept night builds on are not known: %s", exc)
+        return []
+    deleted = []
+    for _, run_id, path in runs[keep:]:
+        if (latest is not None and run_id == latest["run_id"]) or f"run_id={run_id}" in needed:
+            continue
+        delete_owned(files, path, (RESULT,), "Delete it by hand.")
+        deleted.append(path)
+    if deleted:
+        log.info("retention: deleted %d run(s) older than the newest %d: %s", len(deleted), keep, deleted)
+    return deleted

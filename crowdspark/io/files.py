@@ -35,6 +35,10 @@ __all__ = [
 
 
 TEMP_PREFIX = "_crowdspark-tmp-"
+#: a result being staged beside its destination (:mod:`crowdspark.io.sink`)
+STAGING_PREFIX = "_crowdspark-staging-"
+#: the previous result, moved aside while a commit replaces it (:mod:`crowdspark.io.sink`)
+OLD_PREFIX = "_crowdspark-old-"
 
 
 class TempName(NamedTuple):

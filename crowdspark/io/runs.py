@@ -19,9 +19,9 @@ import unicodedata
 from typing import Any
 
 from crowdspark.errors import ConfigError, InputError
-from crowdspark.io.files import Files, files_for
+from crowdspark.io.files import OLD_PREFIX, STAGING_PREFIX, Files, files_for
 from crowdspark.io.lock import LOCK_PREFIX
-from crowdspark.io.marker import RESULT, delete_owned, owned_kind
+from crowdspark.io.marker import RESULT, owned_kind
 from crowdspark.io.paths import is_local, strip_file_scheme
 
 __all__ = [
@@ -37,7 +37,7 @@ __all__ = [
     "write_latest",
     "latest_run_before",
     "committed_runs",
-    "prune_runs",
+    "run_as_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ LATEST = "_LATEST.json"
 
 #: the steps of a run root after a run's commit (:func:`crowdspark.pipeline.run.aggregate`), in order:
 #: ``_LATEST.json`` written (:func:`write_latest`), then the runs beyond ``nightly.keep_runs`` pruned
-#: (:func:`prune_runs`); each ends at a :func:`crowdspark.io.killpoint.kill_point` of its name (a test hook)
+#: (:func:`crowdspark.io.chain.prune_runs`); each ends at a :func:`crowdspark.io.killpoint.kill_point` of its name (a test hook)
 RUN_ROOT_STEPS = ("latest-written", "runs-pruned")
 _RUN = re.compile(r"run_id=(?P<id>[^/]+)")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -59,8 +59,6 @@ NAME_MAX = 255
 def _longest_sibling(name: str) -> int:
     """Bytes of the longest name crowdspark gives a path beside the folder ``name``: its staging and set-aside
     folders (``<prefix><name>-<12 hex>``, :mod:`crowdspark.io.sink`) and its lock (:mod:`crowdspark.io.lock`)."""
-    from crowdspark.io.sink import OLD_PREFIX, STAGING_PREFIX
-
     size = len(name.encode("utf-8"))
     return max(size, len(LOCK_PREFIX) + size, max(len(STAGING_PREFIX), len(OLD_PREFIX)) + size + 13)
 
@@ -226,7 +224,7 @@ def _runs(files: Files, root: str) -> dict[str, str]:
     return out
 
 
-def _as_of_of(files: Files, run_path: str) -> str:
+def run_as_of(files: Files, run_path: str) -> str:
     """The as-of date a run recorded (its ``summary.json``), or ``""`` when it recorded none."""
     try:
         summary = json.loads(files.read_bytes(f"{run_path}/summary.json").decode("utf-8"))
@@ -249,34 +247,5 @@ def latest_run_before(root: str, as_of: _dt.date, spark: Any = None) -> str | No
     if latest is not None and latest.get("as_of", "") < as_of.isoformat() and files.is_dir(latest["path"]):
         return latest["path"]
     older = [(date, path) for path in _runs(files, root).values()
-             if (date := _as_of_of(files, path)) and date < as_of.isoformat()]
+             if (date := run_as_of(files, path)) and date < as_of.isoformat()]
     return max(older)[1] if older else None
-
-
-def prune_runs(root: str, keep: int, spark: Any = None) -> list[str]:
-    """Delete the oldest committed runs of ``root`` beyond the newest ``keep`` (by as-of date, then run id),
-    never the one ``_LATEST.json`` names nor a run the chain of a kept run builds on (an incremental night's
-    answer, :mod:`crowdspark.io.chain`); returns the deleted paths."""
-    from crowdspark.io.chain import chain_runs
-
-    if keep <= 0:
-        return []
-    files = files_for(root, spark)
-    latest = read_latest(root, spark)
-    runs = sorted(((_as_of_of(files, path), run_id, path) for run_id, path in _runs(files, root).items()),
-                  reverse=True)
-    kept = [path for _, run_id, path in runs[:keep]] + ([latest["path"]] if latest is not None else [])
-    try:
-        needed = {run.rstrip("/").rpartition("/")[2] for path in kept for run in chain_runs(path, spark, check=False)}
-    except InputError as exc:
-        log.warning("retention: no run deleted, the runs a kept night builds on are not known: %s", exc)
-        return []
-    deleted = []
-    for _, run_id, path in runs[keep:]:
-        if (latest is not None and run_id == latest["run_id"]) or f"run_id={run_id}" in needed:
-            continue
-        delete_owned(files, path, (RESULT,), "Delete it by hand.")
-        deleted.append(path)
-    if deleted:
-        log.info("retention: deleted %d run(s) older than the newest %d: %s", len(deleted), keep, deleted)
-    return deleted

@@ -30,7 +30,7 @@ import uuid
 from typing import Any
 
 from crowdspark.errors import ConfigError
-from crowdspark.io.files import Files, HadoopFiles, files_for, parse_temp_name
+from crowdspark.io.files import OLD_PREFIX, STAGING_PREFIX, Files, HadoopFiles, files_for, parse_temp_name
 from crowdspark.io.killpoint import kill_point
 from crowdspark.io.lock import OutputLock, process_alive
 from crowdspark.io.marker import (
@@ -69,10 +69,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-STAGING_PREFIX = "_crowdspark-staging-"
-OLD_PREFIX = "_crowdspark-old-"
 
 
 #: the steps of :meth:`StagedOutput.commit`, in order: the staging marker records that the staged result is

@@ -14,7 +14,7 @@ import pandas as pd
 
 from crowdspark.config import RunConfig
 from crowdspark.errors import ConfigError, InputError
-from crowdspark.io.chain import check_outside_chain, check_replaceable
+from crowdspark.io.chain import check_outside_chain, check_replaceable, prune_runs
 from crowdspark.io.files import files_for
 from crowdspark.io.killpoint import kill_point
 from crowdspark.io.lock import OutputLock
@@ -23,7 +23,6 @@ from crowdspark.io.rules import Encoding
 from crowdspark.io.runs import (
     default_as_of,
     latest_run_before,
-    prune_runs,
     run_directory,
     write_latest,
 )
