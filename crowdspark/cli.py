@@ -112,6 +112,7 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
     from crowdspark.config import load_config
     from crowdspark.io.runs import parse_as_of
     from crowdspark.pipeline import aggregate, needs_spark, preflight
+    from crowdspark.pipeline.fit import RunOptions
 
     config = load_config(args.config, args.overrides, algorithm=args.algorithm, seed=args.seed, engine_name=args.engine)
     as_of = parse_as_of(args.as_of) if args.as_of else None
@@ -123,7 +124,7 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
         check_report_target(args.output)
     own_session = False
     if spark is None and needs_spark(config, args.labels, args.gold, args.output,
-                                     args.warm_start or args.initial_workers):
+                                     args.warm_start or args.initial_workers, master=args.master):
         from crowdspark.spark_session import build_session
 
         spark = build_session("crowdspark-aggregate", master=args.master)
@@ -132,7 +133,7 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
         result = aggregate(
             config, args.labels, args.output, gold_path=args.gold, spark=spark,
             warm_start=args.warm_start, run_id=args.run_id, as_of=as_of, full_refit=args.full_refit,
-            initial_workers=args.initial_workers,
+            initial_workers=args.initial_workers, options=RunOptions(master=args.master),
         )
     finally:
         if own_session:
