@@ -214,3 +214,35 @@ def test_the_recorded_prediction_is_within_its_factor_of_the_measured_peak(tmp_p
     assert chosen["engine"] == "local" and chosen["reason"] == "memory"
     predicted = chosen["predicted_peak_bytes"]
     assert peak / PEAK_FACTOR <= predicted <= peak * PEAK_FACTOR, (predicted, peak)
+
+
+# ---------------------------------------------------------------------------------------------- spark-submit
+def spark_submit(args: list[str]) -> subprocess.CompletedProcess:
+    """``spark-submit --master local[2] jobs/aggregate.py ARGS`` with this tree's code and interpreter."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    return subprocess.run([submit, "--master", "local[2]", str(ROOT / "jobs" / "aggregate.py"), *args], env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_submit_on_a_local_master_chooses_by_memory_and_the_override_distributes(tmp_path):
+    """Under spark-submit the master comes from the JVM spark-submit started: RTE above a 1,000-byte rule is
+    fitted on the driver by the memory rule, without a SparkSession; engine.small_input_bytes=0 distributes it,
+    with the same labels."""
+    from crowdspark.io.chain import read_items
+
+    args = ["--labels", str(DATA / "rte" / "labels.csv"), "--algorithm", "ds", "--seed", "3", "--quiet"]
+    chosen = spark_submit([*args, "--set", "engine.small_input_bytes=1000", "--output", str(tmp_path / "auto")])
+    forced = spark_submit([*args, "--set", "engine.small_input_bytes=0", "--output", str(tmp_path / "forced")])
+    assert chosen.returncode == 0, chosen.stderr[-3000:]
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    auto = json.loads((tmp_path / "auto" / "summary.json").read_text())
+    spread = json.loads((tmp_path / "forced" / "summary.json").read_text())
+    assert auto["engine"] == "local" and auto["engine_choice"]["reason"] == "memory"
+    assert auto["engine_choice"]["master"] == "local[2]"
+    assert spread["engine"] == "spark" and spread["engine_choice"]["reason"] == "forced distributed"
+    a, b = read_items(str(tmp_path / "auto")), read_items(str(tmp_path / "forced"))
+    assert (a.sort_values("item")["label"].to_numpy() == b.sort_values("item")["label"].to_numpy()).all()

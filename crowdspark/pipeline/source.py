@@ -136,6 +136,9 @@ def driver_choice(config: RunConfig, labels_path: str, gold_path: str | None = N
     if small is not None:
         return choose_engine(config, master, small=True), small
     files = _pandas_files(config, labels_path, gold_path, output_dir, warm_start)
+    if config.incremental.mode == "on" and config.engine.small_input_bytes:
+        return EngineChoice("spark", "incremental", "an incremental night above engine.small_input_bytes reads its "
+                            "days with Spark", master), None
     if files is None and config.engine.small_input_bytes:
         return EngineChoice("spark", "spark reads", "the input is remote, filtered (input.filter) or in Hive-style "
                             "partition folders: Spark reads it", master), None
