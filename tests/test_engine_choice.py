@@ -153,6 +153,13 @@ def test_the_estimate_reads_the_footers_or_the_size_and_scales_a_sample(tmp_path
     choice_module._cached_estimate.cache_clear()
 
 
+def test_a_file_that_cannot_be_estimated_is_left_to_spark(tmp_path):
+    """A file the estimate cannot read is not fitted on the driver: Spark's reader says what is wrong."""
+    (tmp_path / "labels.parquet").write_bytes(b"not parquet" * 100)
+    config = load_config(overrides=["engine.small_input_bytes=10"], algorithm="ds")
+    assert needs_spark(config, str(tmp_path / "labels.parquet"), master="local[2]")
+
+
 # ------------------------------------------------------------------------------------------ the command line
 def run_cli(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}

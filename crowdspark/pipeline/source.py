@@ -146,7 +146,10 @@ def driver_choice(config: RunConfig, labels_path: str, gold_path: str | None = N
     if files and is_local_master(master):
         fmt = resolve_format(labels_path, config.input.format, "labels")
         columns = (config.input.item, config.input.worker, config.input.label)
-        estimate = estimate_files(files, fmt, columns, len(config.input.classes))
+        try:
+            estimate = estimate_files(files, fmt, columns, len(config.input.classes))
+        except (OSError, ValueError) as exc:  # the reader that runs says what is wrong with the files
+            log.info("cannot estimate the size of %s before reading it (%s): Spark reads it", labels_path, exc)
     return choose_engine(config, master, estimate=estimate), None
 
 
