@@ -14,7 +14,8 @@ item, one worker per 100 items between 1k and 100k, 5 classes, seed 0) written o
   path);
 * ``spark-submit --master local[2]`` of an empty script: what starting spark-submit's JVMs and Python costs.
 
-It prints each run's wall seconds and peak RSS of the largest process (``benchmarks.common.run_measured``),
+It prints each run's wall seconds, the sum of its ``summary.json`` phases (read to write: the work after the
+process started and chose its engine) and peak RSS of the largest process (``benchmarks.common.run_measured``),
 the engine and reason the job chose, the medians, the ratio of the job to the local engine (target: at most
 1.3) and whether the item labels and posteriors (1e-9) of the job equal the local engine's.
 """
@@ -93,8 +94,8 @@ def main() -> None:
            "PYTHONPATH": str(ROOT)}
     print(machine())
     print(f"{args.labels:,} labels at {labels}")
-    print("| repeat | command | wall (s) | peak RSS (MiB) | engine | reason | load |")
-    print("|---|---|---|---|---|---|---|")
+    print("| repeat | command | wall (s) | phases (s) | peak RSS (MiB) | engine | reason | load |")
+    print("|---|---|---|---|---|---|---|---|")
     walls: dict[str, list[float]] = {}
     rss: dict[str, list[float]] = {}
     same = []
@@ -106,13 +107,14 @@ def main() -> None:
                 wall, peak, _ = run_measured(command, env)
                 walls.setdefault(name, []).append(wall)
                 rss.setdefault(name, []).append(peak)
-                engine = reason = ""
+                engine = reason = phases = ""
                 summary_path = Path(command[command.index("--output") + 1], "summary.json") \
                     if "--output" in command else None
                 if summary_path is not None:
                     summary = json.loads(summary_path.read_text())
                     engine, reason = summary["engine"], summary.get("engine_choice", {}).get("reason", "")
-                print(f"| {repeat + 1} | {name} | {wall:.1f} | {peak:.0f} | {engine} | {reason} | {load} |",
+                    phases = f"{sum(summary['timings'].values()):.1f}"
+                print(f"| {repeat + 1} | {name} | {wall:.1f} | {phases} | {peak:.0f} | {engine} | {reason} | {load} |",
                       flush=True)
             same.append(same_answers(f"{out}/job", f"{out}/local"))
     print("\n| command | median wall (s) | median peak RSS (MiB) |")
