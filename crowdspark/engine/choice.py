@@ -204,7 +204,8 @@ def _parquet_head(files: list[str], columns: tuple[str, ...]) -> tuple[int, pd.D
         if taken < SAMPLE_ROWS and present:
             batch = next(handle.iter_batches(batch_size=SAMPLE_ROWS - taken, columns=present), None)
             if batch is not None:
-                batches.append(pa.Table.from_batches([batch]).to_pandas())
+                # Arrow-backed columns: their distinct counts run in Arrow, no Python string per cell
+                batches.append(pa.Table.from_batches([batch]).to_pandas(types_mapper=pd.ArrowDtype))
                 taken += batch.num_rows
     sample = pd.concat(batches, ignore_index=True) if batches else pd.DataFrame(columns=list(columns))
     return total, sample
