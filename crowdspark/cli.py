@@ -111,6 +111,7 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
     """Run ``aggregate`` with parsed arguments; returns the summary.  Starts Spark only if needed."""
     from crowdspark.config import load_config
     from crowdspark.io.runs import parse_as_of
+    from crowdspark.pipeline.fit import RunOptions
     from crowdspark.pipeline.run import aggregate, preflight
     from crowdspark.pipeline.source import needs_spark
 
@@ -124,7 +125,7 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
         check_report_target(args.output)
     own_session = False
     if spark is None and needs_spark(config, args.labels, args.gold, args.output,
-                                     args.warm_start or args.initial_workers):
+                                     args.warm_start or args.initial_workers, master=args.master):
         from crowdspark.spark_session import build_session
 
         spark = build_session("crowdspark-aggregate", master=args.master)
@@ -133,7 +134,7 @@ def run_aggregate(args: argparse.Namespace, spark=None) -> dict:
         result = aggregate(
             config, args.labels, args.output, gold_path=args.gold, spark=spark,
             warm_start=args.warm_start, run_id=args.run_id, as_of=as_of, full_refit=args.full_refit,
-            initial_workers=args.initial_workers,
+            initial_workers=args.initial_workers, options=RunOptions(master=args.master),
         )
     finally:
         if own_session:

@@ -93,7 +93,7 @@ _FACE_KEYS = {
     ML: {"input.item": "itemCol", "input.worker": "workerCol", "input.label": "labelCol", "input.classes": "classes",
          "spark.partitions": "partitions", "engine.max_block_labels": "maxBlockLabels",
          "spark.checkpoint_interval": "checkpointInterval", "engine.small_input_bytes": "smallInputBytes",
-         "seed": "seed"},
+         "engine.max_memory": "maxMemory", "seed": "seed"},
 }
 _SECTIONS = ("input", "gold", "output", "engine")
 

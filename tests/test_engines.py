@@ -246,7 +246,7 @@ def test_small_input_is_collected_and_gives_the_distributed_answer(spark, tmp_pa
     s_small = aggregate(small, labels, str(tmp_path / "small"), gold_path=gold).summary
     # remote files (simulated: not small local files): read by Spark, collected, fitted on the driver
     with monkeypatch.context() as patch:
-        patch.setattr("crowdspark.pipeline.source.local_small_input", lambda *args, **kwargs: None)
+        patch.setattr("crowdspark.pipeline.source._pandas_files", lambda *args, **kwargs: None)
         s_collected = aggregate(small, labels, str(tmp_path / "collected"), gold_path=gold, spark=spark).summary
     s_dist = aggregate(distributed, labels, str(tmp_path / "dist"), gold_path=gold, spark=spark).summary
     size = (DATA / "rte" / "labels.csv").stat().st_size
@@ -284,9 +284,12 @@ def test_small_input_is_collected_and_gives_the_distributed_answer(spark, tmp_pa
     a, b = read_items(str(tmp_path / "filtered")), read_items(str(tmp_path / "fdist"))
     assert (a["label"] == b["label"]).all()
     np.testing.assert_allclose(np.stack(a["posterior"]), np.stack(b["posterior"]), atol=1e-9)
-    # input above the threshold is distributed
+    # input above the threshold is left to the memory rule (crowdspark.engine.choice): on this local master,
+    # the driver within the budget, Spark above it (100 MiB: below the local process, above the Spark driver's)
     above = load_config(overrides=["engine.small_input_bytes=100000"], algorithm="mv", engine_name="spark")
-    assert aggregate(above, labels, None, spark=spark).summary["engine"] == "spark"
+    assert aggregate(above, labels, None, spark=spark).summary["engine_choice"]["reason"] == "memory"
+    tight = load_config(overrides=["engine.small_input_bytes=100000", "engine.max_memory=100m"], algorithm="mv")
+    assert aggregate(tight, labels, None, spark=spark).summary["engine"] == "spark"
 
 
 def test_input_bytes_is_unknown_for_frames_built_in_memory(spark):

@@ -48,11 +48,22 @@ def test_params_have_docs_and_the_command_line_defaults():
         "itemCol": "item", "workerCol": "worker", "labelCol": "label", "algorithm": DEFAULT_ALGORITHM, "seed": 0,
         "algorithmParams": "{}", "classes": [], "partitions": 0, "maxBlockLabels": 2_000_000,
         "checkpointInterval": 10, "smallInputBytes": EngineConfig().small_input_bytes,
-        "handleUnknownWorkers": "error",
+        "maxMemory": EngineConfig().max_memory, "handleUnknownWorkers": "error",
     }
     assert {p.name: agg.getOrDefault(p) for p in agg.params} == expected
     assert all(len(p.doc) > 20 for p in agg.params)
     assert "algorithm name, one of" in agg.explainParam("algorithm")
+
+
+def test_max_memory_is_engine_max_memory_and_is_checked_at_construction():
+    assert CrowdAggregator()._run_config().engine.max_memory_bytes == 0  # empty: a share of the host
+    assert DawidSkeneAggregator(maxMemory="4g")._run_config().engine.max_memory_bytes == 4 << 30
+    assert CrowdAggregator().setMaxMemory("512m").getMaxMemory() == "512m"
+    for bad in ("lots", "-1g", True):
+        with pytest.raises(ConfigError, match=r"^maxMemory must be a size such as \"4g\" or \"512m\""):
+            CrowdAggregator(maxMemory=bad)
+        with pytest.raises(ConfigError, match=r"^maxMemory must be a size"):
+            CrowdAggregator().setMaxMemory(bad)
 
 
 def test_subclasses_fix_the_algorithm_and_params_round_trip():
@@ -254,19 +265,31 @@ def test_a_small_frame_fits_on_the_driver_with_the_distributed_fits_answers(spar
 
 @pytest.mark.spark
 def test_the_row_threshold_is_small_input_bytes_over_the_densest_bytes_per_label(labels):
-    """A frame of exactly smallInputBytes / FRAME_LABEL_BYTES rows fits on the driver, one row more on Spark;
-    aggregate_df takes the same setting."""
+    """A frame of exactly smallInputBytes / FRAME_LABEL_BYTES rows fits on the driver as a small input; one row
+    more is left to the memory rule (on this local master: the driver, within the budget; on Spark with a
+    maxMemory below the prediction); aggregate_df takes the same settings."""
     rows = labels.count()
     at = MajorityVoteAggregator(smallInputBytes=rows * small_frame.FRAME_LABEL_BYTES).fit(labels)
     over = MajorityVoteAggregator(smallInputBytes=rows * small_frame.FRAME_LABEL_BYTES - 1).fit(labels)
+    tight = MajorityVoteAggregator(smallInputBytes=rows * small_frame.FRAME_LABEL_BYTES - 1,
+                                   maxMemory="100m").fit(labels)
     try:
         assert at.summary["engine"] == "local" and at.summary["small_input"]["max_rows"] == rows
-        assert over.summary["engine"] == "spark" and "small_input" not in over.summary
+        assert at.summary["engine_choice"]["reason"] == "small input"
+        assert over.summary["engine"] == "local" and "small_input" not in over.summary
+        chosen = over.summary["engine_choice"]
+        assert chosen["reason"] == "memory" and chosen["input"] == {**chosen["input"], "labels": rows, "method": "rows"}
+        assert 0 < chosen["predicted_peak_bytes"] <= chosen["budget_bytes"]
+        assert tight.summary["engine"] == "spark" and tight.summary["engine_choice"]["reason"] == "memory"
+        assert tight.summary["engine_choice"]["budget_bytes"] == 100 << 20 and "small_input" not in tight.summary
     finally:
         at.close()
         over.close()
+        tight.close()
     _, _, summary = aggregate_df(labels, "mv", small_input_bytes=0)
-    assert summary["engine"] == "spark"
+    assert summary["engine"] == "spark" and summary["engine_choice"]["reason"] == "forced distributed"
+    _, _, summary = aggregate_df(labels, "mv", small_input_bytes=3, max_memory="100m")
+    assert summary["engine"] == "spark" and summary["engine_choice"]["reason"] == "memory"
     _, _, summary = aggregate_df(labels, "mv")
     assert summary["engine"] == "local" and summary["small_input"]["rows"] == rows
 

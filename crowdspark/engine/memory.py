@@ -124,6 +124,17 @@ class Budget:
     bytes: int
     source: str
 
+    @property
+    def kind(self) -> str:
+        """Where the budget comes from, in a word: ``setting``, ``cgroup``, ``physical``, ``ulimit`` or
+        ``unknown``."""
+        if self.source.startswith("engine.max_memory"):
+            return "setting"
+        for word, kind in (("cgroup", "cgroup"), ("ulimit", "ulimit"), ("physical", "physical")):
+            if word in self.source:
+                return kind
+        return "unknown"
+
     def to_dict(self) -> dict[str, Any]:
         return {"budget_bytes": self.bytes, "budget_source": self.source}
 

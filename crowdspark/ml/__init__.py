@@ -6,8 +6,10 @@ errors and answers are the command line's, and with its small-input rule: a Data
 ``smallInputBytes / 3`` rows (about 2.8M labels at the default ``engine.small_input_bytes`` of 8 MiB) whose
 fit's predicted peak fits the driver's memory budget is collected to the driver and fitted with the local
 engine (:mod:`crowdspark.pipeline.small_frame`; ``summary["engine"]`` is ``"local"`` and
-``summary["small_input"]`` records the rows, the threshold, the prediction and the budget); larger ones are
-fitted on the Spark engine, and ``smallInputBytes=0`` always fits on Spark.  Both give the same answers.
+``summary["small_input"]`` records the rows, the threshold, the prediction and the budget).  On a local master
+a larger one is fitted there too when the local fit's predicted peak is within the ``maxMemory`` Param's budget
+(``engine.max_memory``; docs/engines.md); otherwise it is fitted on the Spark engine, and
+``smallInputBytes=0`` always fits on Spark.  Both give the same answers; ``summary["engine_choice"]`` says why.
 
 >>> from crowdspark.ml import DawidSkeneAggregator
 >>> labels = spark.createDataFrame(

@@ -59,6 +59,10 @@ class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultPara
         ``engine.small_input_bytes`` (default 8 MiB): a DataFrame of at most ``smallInputBytes / 3`` rows whose
         fit's predicted peak fits the driver's memory budget is collected to the driver and fitted with the
         local engine, with the same answers (:mod:`crowdspark.pipeline.small_frame`); 0 always fits on Spark.
+    maxMemory : str
+        ``engine.max_memory`` (default empty: 0.8 of the host's cgroup limit or physical memory), e.g. ``"4g"``:
+        on a local master a larger DataFrame is fitted on the driver when its local fit's predicted peak is
+        within it (docs/engines.md).
     handleUnknownWorkers : {"error", "skip"}
         What the fitted model's ``transform`` does with workers it has not seen.
 
@@ -88,6 +92,7 @@ class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultPara
         maxBlockLabels: int = DEFAULT_MAX_BLOCK_LABELS,
         checkpointInterval: int = 10,
         smallInputBytes: int = DEFAULT_SMALL_INPUT_BYTES,
+        maxMemory: str = "",
         handleUnknownWorkers: str = "error",
     ) -> None:
         super().__init__()
@@ -111,6 +116,7 @@ class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultPara
         maxBlockLabels: int | None = None,
         checkpointInterval: int | None = None,
         smallInputBytes: int | None = None,
+        maxMemory: str | None = None,
         handleUnknownWorkers: str | None = None,
     ) -> "CrowdAggregator":
         """Set any of the Params by keyword (``None`` leaves a Param unchanged)."""
@@ -155,6 +161,9 @@ class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultPara
 
     def setSmallInputBytes(self, value: int) -> "CrowdAggregator":
         return self._set(smallInputBytes=value)._check()
+
+    def setMaxMemory(self, value: str) -> "CrowdAggregator":
+        return self._set(maxMemory=value)._check()
 
     def setHandleUnknownWorkers(self, value: str) -> "CrowdAggregator":
         return self._set(handleUnknownWorkers=value)
@@ -248,7 +257,7 @@ def _estimator_class(model: type) -> type[CrowdAggregator]:
     attrs["__doc__"] = (f":class:`CrowdAggregator` running {model.title} (``{name}``): {model.description}.\n\n"
                         f"Parameters\n----------\n{fields_doc}\nitemCol, workerCol, labelCol, seed, "
                         f"algorithmParams, classes, partitions, maxBlockLabels, checkpointInterval, "
-                        f"smallInputBytes, handleUnknownWorkers\n    As :class:`CrowdAggregator`; the model's Params may also be "
+                        f"smallInputBytes, maxMemory, handleUnknownWorkers\n    As :class:`CrowdAggregator`; the model's Params may also be "
                         f"given by their field names (``max_iter=5``).\n")
     attrs["__init__"] = __init__
     attrs["_algorithm_params"] = _algorithm_params
@@ -280,9 +289,11 @@ def fit_model(
     spark = labels_df.sparkSession
     config = params._run_config(truth)
     timer = Timer()
-    run = fit_small_frame(config, labels_df, gold_df, SOURCE, SOURCE, timer)
+    choice: dict[str, Any] = {}
+    run = fit_small_frame(config, labels_df, gold_df, SOURCE, SOURCE, timer, choice)
     if run is None:
         run = fit_frames(config, labels_df, gold_df, labels_source=SOURCE, gold_source=SOURCE, timer=timer)
+        run.summary["engine_choice"] = choice
     try:
         items = _item_frame(spark, run)
         workers = spark.createDataFrame(run.workers())
@@ -319,6 +330,7 @@ def aggregate_df(
     classes: list[str] | None = None,
     partitions: int = 0,
     small_input_bytes: int = DEFAULT_SMALL_INPUT_BYTES,
+    max_memory: str = "",
     **params: Any,
 ) -> tuple[DataFrame, DataFrame, dict[str, Any]]:
     """Aggregate a labels DataFrame without the ml classes.
@@ -341,6 +353,8 @@ def aggregate_df(
         ``engine.small_input_bytes``: labels of at most ``small_input_bytes / 3`` rows whose fit fits the
         driver's memory budget are fitted there with the local engine (:mod:`crowdspark.pipeline.small_frame`;
         ``summary["small_input"]`` says so); 0 always fits on Spark.
+    max_memory : str
+        ``engine.max_memory`` (the ``maxMemory`` Param).
     **params
         The algorithm's parameters, e.g. ``max_iter=50``.
 
@@ -364,7 +378,7 @@ def aggregate_df(
     estimator = CrowdAggregator(
         algorithm=algorithm, seed=seed, itemCol=item, workerCol=worker, labelCol=label,
         algorithmParams=params, classes=list(classes or []), partitions=partitions,
-        smallInputBytes=small_input_bytes,
+        smallInputBytes=small_input_bytes, maxMemory=max_memory,
     )
     model = fit_model(estimator, labels_df, gold_df, truth)
     return model.items, model.workers, model.summary
@@ -373,7 +387,7 @@ def aggregate_df(
 #: the names the generic estimator takes beside a model's Params
 _COMMON = frozenset(["algorithm", "itemCol", "workerCol", "labelCol", "seed", "algorithmParams", "classes",
                      "partitions", "maxBlockLabels", "checkpointInterval", "smallInputBytes",
-                     "handleUnknownWorkers"])
+                     "maxMemory", "handleUnknownWorkers"])
 
 #: the estimator of every registered algorithm, by class name
 ESTIMATORS: dict[str, type[CrowdAggregator]] = {f"{m.api_name}Aggregator": _estimator_class(m) for m in MODELS}

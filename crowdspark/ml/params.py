@@ -15,7 +15,7 @@ from crowdspark.config import DEFAULT_ALGORITHM, EngineConfig, GoldConfig, Input
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.faces import camel
 from crowdspark.models.registry import ALGORITHMS, algorithm_names, hyperparameters
-from crowdspark.validation import check_choice, check_int
+from crowdspark.validation import check_choice, check_int, parse_bytes
 
 __all__ = ["UNKNOWN_WORKER_CHOICES", "SOURCE", "CrowdParams", "check_spark_frame", "field_keys"]
 
@@ -39,6 +39,14 @@ def _to_json_object(value: Any) -> str:
         raise ConfigError(f"algorithmParams must be a dict or a JSON object such as '{{\"max_iter\": 50}}', "
                           f"but got {value!r}")
     return json.dumps(parsed, sort_keys=True)
+
+
+def _to_size(value: Any) -> str:
+    """Param converter of ``maxMemory``: a size such as ``"4g"`` (checked), or ``""`` (the host's share)."""
+    if value == "":
+        return ""
+    parse_bytes("maxMemory", value)
+    return str(value)
 
 
 def _to_int(name: str) -> Callable[[Any], int]:
@@ -101,8 +109,17 @@ class CrowdParams(Params):
         "smallInputBytes",
         "engine.small_input_bytes: a labels DataFrame of at most smallInputBytes / 3 rows (about 2.8M at the "
         "default 8 MiB) whose fit's predicted peak fits the driver's memory budget is collected to the driver and "
-        "fitted with the local engine, with the same answers; 0 = always fit on Spark",
+        "fitted with the local engine, with the same answers; on a local master a larger frame is too when its "
+        "predicted peak fits maxMemory; 0 = always fit on Spark",
         _to_int("smallInputBytes"),
+    )
+    maxMemory: Param[str] = Param(
+        Params._dummy(),
+        "maxMemory",
+        "engine.max_memory: the memory a fit may use on the driver's host, e.g. \"4g\" or \"512m\" (k, m, g, t: "
+        "powers of 1024); empty = engine.memory_share (0.8) of the host's cgroup limit or physical memory. On a "
+        "local master a labels DataFrame whose local fit's predicted peak is within it is fitted on the driver",
+        _to_size,
     )
     handleUnknownWorkers: Param[str] = Param(
         Params._dummy(),
@@ -126,6 +143,7 @@ class CrowdParams(Params):
             maxBlockLabels=DEFAULT_MAX_BLOCK_LABELS,
             checkpointInterval=defaults.checkpoint_interval,
             smallInputBytes=EngineConfig().small_input_bytes,
+            maxMemory=EngineConfig().max_memory,
             handleUnknownWorkers="error",
         )
 
@@ -173,6 +191,10 @@ class CrowdParams(Params):
         """``engine.small_input_bytes`` (0: always fit on Spark)."""
         return self.getOrDefault(self.smallInputBytes)
 
+    def getMaxMemory(self) -> str:
+        """``engine.max_memory`` (empty: a share of the host's memory)."""
+        return self.getOrDefault(self.maxMemory)
+
     def getHandleUnknownWorkers(self) -> str:
         """``"error"`` or ``"skip"``."""
         return self.getOrDefault(self.handleUnknownWorkers)
@@ -194,7 +216,7 @@ class CrowdParams(Params):
             input=self._input_config(),
             gold=GoldConfig(item=self.getItemCol(), truth=truth),
             engine=EngineConfig(name="spark", max_block_labels=self.getMaxBlockLabels(),
-                                small_input_bytes=self.getSmallInputBytes()),
+                                small_input_bytes=self.getSmallInputBytes(), max_memory=self.getMaxMemory()),
             spark=SparkConfig(partitions=self.getPartitions(), checkpoint_interval=self.getCheckpointInterval()),
             algorithms={self.getAlgorithm(): self._algorithm_params()},
         )

@@ -61,6 +61,9 @@ class RunOptions:
     carried : dict, optional
         Statistics of items the blocks do not hold, added to every sweep's (an incremental run,
         :mod:`crowdspark.engine.carry`).
+    master : str, optional
+        The Spark master the command line starts when it needs a session (``--master``): the engine choice's
+        master when the run has no session (:func:`crowdspark.engine.choice.driver_master`).
     """
 
     warm_start: SavedModel | None = None
@@ -68,6 +71,7 @@ class RunOptions:
     inject_task_failure: int = 0
     initial_workers: WorkerTable | None = None
     carried: Stats | None = None
+    master: str | None = None
 
 
 def evaluate_stats(model: Model, engine: Engine, params: Any, quality_bins: int = 0) -> Stats:

@@ -326,7 +326,8 @@ def _locks(destination: str | None, config: RunConfig, spark: Any) -> list[Outpu
 def _fit_window(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
                 run_id: str | None, plan: _Plan, options: RunOptions | None, timer: Timer) -> Fitted:
     """Read the run's window, fit it, and record what was read."""
-    source = choose_source(config, labels_path, gold_path, output_dir, plan.warm_path or _table_path(plan), spark)
+    source = choose_source(config, labels_path, gold_path, output_dir, plan.warm_path or _table_path(plan), spark,
+                           master=options.master if options else None)
     # the run id is part of the inputs: a checkpoint left by another night's run is never resumed
     window = Window.of(config, plan.as_of)
     options = replace(options or RunOptions(), warm_start=plan.saved, initial_workers=plan.table,
@@ -341,6 +342,8 @@ def _fit_window(config: RunConfig, labels_path: str, output_dir: str | None, gol
     fitted.summary["warnings"] = manifest.pop("warnings") + fitted.summary["warnings"]
     if source.small_input is not None:
         fitted.summary["small_input"] = source.small_input
+    if source.choice is not None:
+        fitted.summary["engine_choice"] = source.choice
     return fitted
 
 

@@ -4,11 +4,15 @@
 * ``engine.name = "spark"`` and the input is small (:func:`local_small_input`: local files, no Hive-style
   partition folders, no ``input.filter``, fewer bytes than ``engine.small_input_bytes``): pandas reads, the
   local engine fits on the driver, and no SparkSession is needed at all (:func:`needs_spark`).
+* ``engine.name = "spark"``, the input is local files pandas can read, and the master is local: the memory
+  rule of :mod:`crowdspark.engine.choice` (the local engine's predicted peak within the driver's budget) picks
+  the local engine (pandas reads, no SparkSession) or the Spark engine (:func:`driver_choice`).
 * Otherwise Spark reads; if the files it lists total fewer bytes than the threshold (remote inputs, or an
   ``input.filter``, which Spark applies before collecting), the labels are collected to the driver and fitted
   by the local engine; else the Spark engine fits them.
 
-Every path gives the same answers (tested); the summary records which ran (``engine``, ``small_input``).
+Every path gives the same answers (tested); the summary records which ran (``engine``, ``small_input``) and
+why (``engine_choice``).
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ from typing import Any
 import pandas as pd
 
 from crowdspark.config import RunConfig
+from crowdspark.engine.choice import EngineChoice, choose_engine, driver_master, estimate_files, is_local_master
 from crowdspark.errors import InputError
 from crowdspark.io.column_types import check_input_types
 from crowdspark.io.pandas_reader import read_frame
 from crowdspark.io.paths import is_local, resolve_format, resolve_local_paths
 
-__all__ = ["Source", "choose_source", "needs_spark", "local_small_input", "input_signature", "spark_files"]
+__all__ = ["Source", "choose_source", "needs_spark", "local_small_input", "driver_choice", "input_signature",
+           "spark_files"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +53,8 @@ class Source:
         The format of the label files Spark read.
     filter_applied : bool
         ``labels_frame`` is already filtered by ``input.filter`` (a small input collected to the driver).
+    choice : dict, optional
+        Why this engine (:meth:`crowdspark.engine.choice.EngineChoice.to_dict`).
     """
 
     engine: str
@@ -55,6 +63,7 @@ class Source:
     gold_frame: Any = None
     input_format: str | None = None
     filter_applied: bool = False
+    choice: dict[str, Any] | None = None
 
     @property
     def reader(self) -> str:
@@ -65,6 +74,23 @@ def _hive_partitioned(path: str, files: list[str]) -> bool:
     """Whether a file sits in a folder named ``column=value`` below ``path`` (a Hive-style partition)."""
     root = os.path.dirname(path) if os.path.isfile(path) else path.split("*", 1)[0]
     return any("=" in part for f in files for part in os.path.dirname(os.path.relpath(f, root)).split(os.sep))
+
+
+def _pandas_files(config: RunConfig, labels_path: str, gold_path: str | None, output_dir: str | None,
+                  warm_start: str | None) -> list[str] | None:
+    """The label files of a Spark-engine run pandas may read instead of Spark (the conditions of
+    :func:`local_small_input` but the size), else ``None``."""
+    if config.engine.name != "spark" or not config.engine.small_input_bytes or config.input.filter:
+        return None
+    paths = [labels_path, gold_path, output_dir, warm_start, config.engine.checkpoint_dir]
+    if not all(is_local(path) for path in paths if path):
+        return None
+    files = resolve_local_paths(labels_path, "labels")
+    if _hive_partitioned(labels_path, files):
+        return None
+    if gold_path and _hive_partitioned(gold_path, resolve_local_paths(gold_path, "gold")):
+        return None
+    return files
 
 
 def local_small_input(
@@ -82,15 +108,8 @@ def local_small_input(
     than the threshold; ``None`` otherwise (and always for ``engine.name = "local"``).
     """
     threshold = config.engine.small_input_bytes
-    if config.engine.name != "spark" or not threshold or config.input.filter:
-        return None
-    paths = [labels_path, gold_path, output_dir, warm_start, config.engine.checkpoint_dir]
-    if not all(is_local(path) for path in paths if path):
-        return None
-    files = resolve_local_paths(labels_path, "labels")
-    if _hive_partitioned(labels_path, files):
-        return None
-    if gold_path and _hive_partitioned(gold_path, resolve_local_paths(gold_path, "gold")):
+    files = _pandas_files(config, labels_path, gold_path, output_dir, warm_start)
+    if files is None:
         return None
     size = sum(os.path.getsize(f) for f in files)
     if size >= threshold:
@@ -98,11 +117,46 @@ def local_small_input(
     return {"input_bytes": size, "threshold": threshold, "reader": "pandas"}
 
 
-def needs_spark(config: RunConfig, labels_path: str, gold_path: str | None = None, output_dir: str | None = None,
-                warm_start: str | None = None) -> bool:
-    """Whether the run needs a SparkSession (the command line starts one only then)."""
+def driver_choice(config: RunConfig, labels_path: str, gold_path: str | None = None, output_dir: str | None = None,
+                  warm_start: str | None = None, spark: Any = None,
+                  master: str | None = None) -> tuple[EngineChoice, dict[str, Any] | None]:
+    """The engine of a run (:func:`crowdspark.engine.choice.choose_engine`) before Spark reads anything, and
+    :func:`local_small_input`'s record when the input is small.  A ``spark`` engine choice means Spark reads
+    (it may still collect a small input, :func:`choose_source`).
+
+    Parameters
+    ----------
+    spark : SparkSession, optional
+        Its master is the run's; without it, ``master`` or :func:`crowdspark.engine.choice.driver_master`'s.
+    """
+    if config.engine.name == "local":
+        return choose_engine(config, None), None
     small = local_small_input(config, labels_path, gold_path, output_dir, warm_start)
-    return config.engine.name == "spark" and small is None
+    master = driver_master(spark, master)
+    if small is not None:
+        return choose_engine(config, master, small=True), small
+    files = _pandas_files(config, labels_path, gold_path, output_dir, warm_start)
+    if config.incremental.mode == "on" and config.engine.small_input_bytes:
+        return EngineChoice("spark", "incremental", "an incremental night above engine.small_input_bytes reads its "
+                            "days with Spark", master), None
+    if files is None and config.engine.small_input_bytes:
+        return EngineChoice("spark", "spark reads", "the input is remote, filtered (input.filter) or in Hive-style "
+                            "partition folders: Spark reads it", master), None
+    estimate = None
+    if files and is_local_master(master):
+        fmt = resolve_format(labels_path, config.input.format, "labels")
+        columns = (config.input.item, config.input.worker, config.input.label)
+        try:
+            estimate = estimate_files(files, fmt, columns, len(config.input.classes))
+        except (OSError, ValueError) as exc:  # the reader that runs says what is wrong with the files
+            log.info("cannot estimate the size of %s before reading it (%s): Spark reads it", labels_path, exc)
+    return choose_engine(config, master, estimate=estimate), None
+
+
+def needs_spark(config: RunConfig, labels_path: str, gold_path: str | None = None, output_dir: str | None = None,
+                warm_start: str | None = None, master: str | None = None) -> bool:
+    """Whether the run needs a SparkSession (the command line starts one only then, with ``master``)."""
+    return driver_choice(config, labels_path, gold_path, output_dir, warm_start, master=master)[0].engine == "spark"
 
 
 def _spark_small_input(spark, config: RunConfig, frame) -> dict[str, Any] | None:
@@ -126,6 +180,7 @@ def choose_source(
     output_dir: str | None,
     warm_start: str | None,
     spark: Any = None,
+    master: str | None = None,
 ) -> Source:
     """Decide which reader and engine run (see the module docstring); Spark reads here when it reads.
 
@@ -138,16 +193,20 @@ def choose_source(
         When the Spark engine is needed and ``spark`` is ``None``.
     """
     check_input_types(config.input, config.gold, labels_path, gold_path)
+    choice, small = driver_choice(config, labels_path, gold_path, output_dir, warm_start, spark, master)
     if config.engine.name == "local":
-        return Source(engine="local")
-    small = local_small_input(config, labels_path, gold_path, output_dir, warm_start)
+        return Source(engine="local", choice=choice.to_dict())
     if small is not None:
         log.info(
             "input is %d bytes of local files (< engine.small_input_bytes = %d): reading it with pandas and "
             "fitting with the local engine, without Spark (set engine.small_input_bytes=0 to distribute)",
             small["input_bytes"], small["threshold"],
         )
-        return Source(engine="local", small_input=small)
+        return Source(engine="local", small_input=small, choice=choice.to_dict())
+    log.info("%s engine: %s (set engine.small_input_bytes=0 to always distribute, engine.max_memory to set the "
+             "budget)", choice.engine, choice.detail)
+    if choice.engine == "local":
+        return Source(engine="local", choice=choice.to_dict())
     if spark is None:
         raise ValueError("the spark engine needs a SparkSession")
     from crowdspark.io.spark_reader import read_spark_frame
@@ -162,13 +221,14 @@ def choose_source(
             "the local engine (set engine.small_input_bytes=0 to distribute)", small["input_bytes"],
             small["threshold"],
         )
+        choice = choose_engine(config, choice.master, small=True)
         if config.input.filter:
             from crowdspark.pipeline.prepare import filtered_frame
 
             return Source(engine="local", small_input=small, labels_frame=filtered_frame(labels, config.input.filter),
-                          gold_frame=gold, input_format=input_format, filter_applied=True)
+                          gold_frame=gold, input_format=input_format, filter_applied=True, choice=choice.to_dict())
     return Source(engine="local" if small else "spark", small_input=small, labels_frame=labels, gold_frame=gold,
-                  input_format=input_format)
+                  input_format=input_format, choice=choice.to_dict())
 
 
 def read_pandas(source: Source, config: RunConfig, labels_path: str,
