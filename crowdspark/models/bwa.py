@@ -199,7 +199,7 @@ class Bwa(Model):
             "deviation": ((z - params["mu"]) ** 2).sum(axis=0),
             "moved": moved,
             "items": np.array(float(block.n_items)),
-            "confusion": confusion_counts(block, _normalized(z), self.n_workers, self.n_classes),
+            "confusion": confusion_counts(block, _answers(block, z, self.seed), self.n_workers, self.n_classes),
         }
 
     def global_step(self, stats: Stats, params: Any, sweep: int) -> Update:
@@ -227,8 +227,9 @@ class Bwa(Model):
 
     def worker_table(self, params: Any, init_stats: Stats) -> dict[str, np.ndarray]:
         """``n_labels``; ``precision`` (K, C), the fitted ``v``; ``confusion`` (K, C, C), each worker's labels
-        counted against the items' posteriors (rows with no labels uniform); ``accuracy``, the posterior share
-        of their labels that are right."""
+        counted against the items' answers (rows without labels uniform); ``accuracy``, the share of their
+        labels equal to the answer.  (BWA's scores are shrunk averages, not calibrated probabilities, so
+        counting against them would understate every worker.)"""
         counts = params["confusion"]
         rows = counts.sum(axis=2, keepdims=True)
         confusion = np.where(rows > 0, counts / np.where(rows > 0, rows, 1.0), 1.0 / self.n_classes)
@@ -254,6 +255,13 @@ class Bwa(Model):
 
     def summary(self, params: Any) -> dict[str, Any]:
         return {"class_means": params["mu"].tolist(), "b_v": params["b_v"].tolist()}
+
+
+def _answers(block: Block, z: np.ndarray, seed: int) -> np.ndarray:
+    """The one-hot of every item's answer, the top score (ties broken as the final labels'), (n, C)."""
+    answers = np.zeros_like(z)
+    answers[np.arange(block.n_items), argmax_random_ties(z, tie_uniforms(block, seed))] = 1.0
+    return answers
 
 
 def _normalized(z: np.ndarray) -> np.ndarray:
