@@ -42,6 +42,7 @@ t]`` at its final parameters; ties between top classes are broken at random.  It
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -153,8 +154,10 @@ class Ebcc(Model):
         return Schedule(max_sweeps=self.max_iter, tol=self.tol)
 
     def footprint(self) -> Footprint:
+        """The Dirichlet posteriors and expected logs of every restart, (K, R, M, C, C) twice; per item, one
+        restart's (M, C) tables at a time (a sweep makes the restarts' one after another)."""
         k, r, m, c = self.n_workers, self.n_restarts, self.n_subtypes, self.n_classes
-        return Footprint(params=2 * k * r * m * c * c + 2 * r * m * c, item=3 * m * c,
+        return Footprint(params=2 * k * r * m * c * c + 2 * r * m * c, item=m * c,
                          largest=(("workers", k), ("restarts", r), ("subtypes", m), ("classes", c), ("classes", c)))
 
     # -- priors --------------------------------------------------------------------------------------------
@@ -197,23 +200,25 @@ class Ebcc(Model):
                 draws[:, g, t] = -np.log1p(-u)  # Exponential(1): normalized over g, a Dirichlet(1) draw
         return draws / draws.sum(axis=1, keepdims=True) * shares[:, None, :]
 
-    def _restart_stats(self, block: Block, resp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return confusion_counts(block, resp, self.n_workers, self.n_classes), resp.sum(axis=0)
-
-    def _stack(self, block: Block, resps: list[np.ndarray | None]) -> Stats:
-        """``counts`` (K, R, M, C, C) and ``subtypes`` (R, M, C) of the restarts' responsibilities (zeros for a
-        restart that has stopped, ``None``)."""
+    def _stack(self, block: Block, responsibilities: Callable[[int], np.ndarray | None]) -> Stats:
+        """``counts`` (K, R, M, C, C), ``subtypes`` (R, M, C) and ``entropy`` (R,) of the restarts'
+        responsibilities, ``responsibilities(r)`` (n, M, C), made one restart at a time (zeros for a restart
+        that has stopped, ``None``)."""
         k, r, m, c = self.n_workers, self.n_restarts, self.n_subtypes, self.n_classes
-        counts, subtypes = np.zeros((k, r, m, c, c)), np.zeros((r, m, c))
-        for i, resp in enumerate(resps):
+        counts, subtypes, entropy = np.zeros((k, r, m, c, c)), np.zeros((r, m, c)), np.zeros(r)
+        for i in range(r):
+            resp = responsibilities(i)
             if resp is not None:
-                counts[:, i], subtypes[i] = self._restart_stats(block, resp)
-        return {"counts": counts, "subtypes": subtypes}
+                counts[:, i] = confusion_counts(block, resp, k, c)
+                subtypes[i] = resp.sum(axis=0)
+                entropy[i] = entr(resp).sum()
+        return {"counts": counts, "subtypes": subtypes, "entropy": entropy}
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         votes = vote_counts(block, self.n_classes)
         shares = fix_scores(block, votes / np.maximum(votes.sum(axis=1, keepdims=True), 1.0), log=False)
-        stats = self._stack(block, [self._start(block, r, shares) for r in range(self.n_restarts)])
+        stats = self._stack(block, lambda r: self._start(block, r, shares))
+        del stats["entropy"]
         stats["votes"] = shares.sum(axis=0)
         stats["labels"] = worker_label_counts(block, self.n_workers)
         return None, stats
@@ -236,14 +241,12 @@ class Ebcc(Model):
         return normalize_log(fix_scores(block, scores), axis=(1, 2))[0]
 
     def local_step(self, block: Block, state: State, params: Any, sweep: int) -> tuple[State, Stats]:
-        resps: list[np.ndarray | None] = [
-            self._responsibilities(block, params["log_tau"][r], params["log_pi"][r], params["log_v"][:, r])
-            if params["active"][r] else None
-            for r in range(self.n_restarts)
-        ]
-        stats = self._stack(block, resps)
-        stats["entropy"] = np.array([0.0 if resp is None else entr(resp).sum() for resp in resps])
-        return None, stats
+        def responsibilities(r: int) -> np.ndarray | None:
+            if not params["active"][r]:
+                return None
+            return self._responsibilities(block, params["log_tau"][r], params["log_pi"][r], params["log_v"][:, r])
+
+        return None, self._stack(block, responsibilities)
 
     def global_step(self, stats: Stats, params: Any, sweep: int) -> Update:
         active = params["active"] > 0
