@@ -67,6 +67,8 @@ from crowdspark.validation import check_bool, check_float, check_int
 
 __all__ = ["Ebcc", "dirichlet_expected_log", "log_beta"]
 
+#: the most cells of the per-item tables a block makes at once (restarts beyond them wait for the next group)
+_CHUNK_CELLS = 1 << 20
 #: the sweep number of the start's draws (sweeps of the fit count from 1; 0 is the final tie-break's)
 _START_SWEEP = -1
 
@@ -155,7 +157,8 @@ class Ebcc(Model):
 
     def footprint(self) -> Footprint:
         """The Dirichlet posteriors and expected logs of every restart, (K, R, M, C, C) twice; per item, one
-        restart's (M, C) tables at a time (a sweep makes the restarts' one after another)."""
+        restart's (M, C) tables (a sweep makes the restarts' in groups of at most :data:`_CHUNK_CELLS` cells,
+        one restart when a block has more items than that)."""
         k, r, m, c = self.n_workers, self.n_restarts, self.n_subtypes, self.n_classes
         return Footprint(params=2 * k * r * m * c * c + 2 * r * m * c, item=m * c,
                          largest=(("workers", k), ("restarts", r), ("subtypes", m), ("classes", c), ("classes", c)))
@@ -200,24 +203,31 @@ class Ebcc(Model):
                 draws[:, g, t] = -np.log1p(-u)  # Exponential(1): normalized over g, a Dirichlet(1) draw
         return draws / draws.sum(axis=1, keepdims=True) * shares[:, None, :]
 
-    def _stack(self, block: Block, responsibilities: Callable[[int], np.ndarray | None]) -> Stats:
-        """``counts`` (K, R, M, C, C), ``subtypes`` (R, M, C) and ``entropy`` (R,) of the restarts'
-        responsibilities, ``responsibilities(r)`` (n, M, C), made one restart at a time (zeros for a restart
-        that has stopped, ``None``)."""
+    def _chunks(self, n_items: int, restarts: np.ndarray) -> list[np.ndarray]:
+        """``restarts`` in groups whose per-item tables, (n, r, M, C), hold at most :data:`_CHUNK_CELLS` cells
+        (one restart at least)."""
+        size = max(1, _CHUNK_CELLS // max(1, n_items * self.n_subtypes * self.n_classes))
+        return [restarts[i:i + size] for i in range(0, len(restarts), size)]
+
+    def _stack(self, block: Block, restarts: np.ndarray,
+               responsibilities: Callable[[np.ndarray], np.ndarray]) -> Stats:
+        """``counts`` (K, R, M, C, C), ``subtypes`` (R, M, C) and ``entropy`` (R,) of the responsibilities of
+        ``restarts``, ``responsibilities(chunk)`` (n, r, M, C) made a chunk of restarts at a time (zeros for
+        the other restarts)."""
         k, r, m, c = self.n_workers, self.n_restarts, self.n_subtypes, self.n_classes
         counts, subtypes, entropy = np.zeros((k, r, m, c, c)), np.zeros((r, m, c)), np.zeros(r)
-        for i in range(r):
-            resp = responsibilities(i)
-            if resp is not None:
-                counts[:, i] = confusion_counts(block, resp, k, c)
-                subtypes[i] = resp.sum(axis=0)
-                entropy[i] = entr(resp).sum()
+        for chunk in self._chunks(block.n_items, restarts):
+            resp = responsibilities(chunk)
+            counts[:, chunk] = confusion_counts(block, resp, k, c)
+            subtypes[chunk] = resp.sum(axis=0)
+            entropy[chunk] = entr(resp).sum(axis=(0, 2, 3))
         return {"counts": counts, "subtypes": subtypes, "entropy": entropy}
 
     def init_block(self, block: Block) -> tuple[State, Stats]:
         votes = vote_counts(block, self.n_classes)
         shares = fix_scores(block, votes / np.maximum(votes.sum(axis=1, keepdims=True), 1.0), log=False)
-        stats = self._stack(block, lambda r: self._start(block, r, shares))
+        stats = self._stack(block, np.arange(self.n_restarts),
+                            lambda chunk: np.stack([self._start(block, r, shares) for r in chunk], axis=1))
         del stats["entropy"]
         stats["votes"] = shares.sum(axis=0)
         stats["labels"] = worker_label_counts(block, self.n_workers)
@@ -236,17 +246,16 @@ class Ebcc(Model):
 
     def _responsibilities(self, block: Block, log_tau: np.ndarray, log_pi: np.ndarray,
                           log_v: np.ndarray) -> np.ndarray:
-        """``r`` of one restart, (n, M, C), from its expected logs (C,), (M, C), (K, M, C, C)."""
-        scores = log_tau + log_pi + label_loglik(block, log_v)
-        return normalize_log(fix_scores(block, scores), axis=(1, 2))[0]
+        """``r`` of r restarts, (n, r, M, C), from their expected logs (r, C), (r, M, C), (K, r, M, C, C)."""
+        scores = log_tau[:, None, :] + log_pi + label_loglik(block, log_v)
+        return normalize_log(fix_scores(block, scores), axis=(2, 3))[0]
 
     def local_step(self, block: Block, state: State, params: Any, sweep: int) -> tuple[State, Stats]:
-        def responsibilities(r: int) -> np.ndarray | None:
-            if not params["active"][r]:
-                return None
-            return self._responsibilities(block, params["log_tau"][r], params["log_pi"][r], params["log_v"][:, r])
+        def responsibilities(chunk: np.ndarray) -> np.ndarray:
+            return self._responsibilities(block, params["log_tau"][chunk], params["log_pi"][chunk],
+                                          params["log_v"][:, chunk])
 
-        return None, self._stack(block, responsibilities)
+        return None, self._stack(block, np.flatnonzero(params["active"]), responsibilities)
 
     def global_step(self, stats: Stats, params: Any, sweep: int) -> Update:
         active = params["active"] > 0
@@ -271,8 +280,9 @@ class Ebcc(Model):
     def class_posterior(self, block: Block, params: Any) -> np.ndarray:
         """The best restart's posterior over every item's true class, (n, C)."""
         b = int(params["best"])
-        logs = self._expected_logs({"nu": params["nu"][b], "eta": params["eta"][b:b + 1], "lam": params["lam"][:, b]})
-        return self._responsibilities(block, logs["log_tau"], logs["log_pi"][0], logs["log_v"]).sum(axis=1)
+        logs = self._expected_logs({"nu": params["nu"][b:b + 1], "eta": params["eta"][b:b + 1],
+                                    "lam": params["lam"][:, b:b + 1]})
+        return self._responsibilities(block, logs["log_tau"], logs["log_pi"], logs["log_v"]).sum(axis=(1, 2))
 
     def finish_block(self, block: Block, state: State, params: Any) -> ItemResult:
         posterior = self.class_posterior(block, params)
