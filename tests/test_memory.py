@@ -145,6 +145,8 @@ CASES = [  # algorithm, shape, quality signals, settings that keep the fit short
     ("dds", "many classes", False, ["dds.max_iter=3"]),
     ("wawa", "many labels", True, []),
     ("glad", "many labels", False, ["glad.max_iter=2"]),
+    ("ebcc", "many labels", False, ["ebcc.max_iter=2"]),
+    ("bwa", "many labels", False, ["bwa.max_iter=2"]),
 ]
 
 

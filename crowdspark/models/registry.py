@@ -24,8 +24,10 @@ from crowdspark.errors import ConfigError
 from crowdspark.faces import display_key, field_name
 from crowdspark.models.base import RUN_BOUNDS, LevelModel, Model
 from crowdspark.models.adaptive_ds import AdaptiveDawidSkene
+from crowdspark.models.bwa import Bwa
 from crowdspark.models.dawid_skene import DawidSkene
 from crowdspark.models.difficulty_ds import DifficultyDawidSkene
+from crowdspark.models.ebcc import Ebcc
 from crowdspark.models.glad import Glad
 from crowdspark.models.gold_majority_vote import GoldMajorityVote
 from crowdspark.models.idbla_cvb import IdblaCvb, IdblaCvb0
@@ -67,6 +69,8 @@ MODELS: tuple[type[Model], ...] = (
     GoldMajorityVote,
     Glad,
     Mace,
+    Ebcc,
+    Bwa,
 )
 
 #: algorithm name -> model class
