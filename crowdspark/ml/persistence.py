@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from pyspark.ml.util import (
@@ -23,10 +23,6 @@ from crowdspark.models.registry import build_model, model_parameters
 
 __all__ = ["ModelReader", "ModelWriter"]
 
-if TYPE_CHECKING:  # pragma: no cover
-    from crowdspark.ml.model import CrowdAggregatorModel
-
-
 #: the Parquet table of arrays of format 1 (read only)
 _LEGACY_FORMAT = 1
 
@@ -41,7 +37,8 @@ def _array_from_row(row: Row) -> Any:
     return array
 
 
-def _saved(model: CrowdAggregatorModel) -> SavedModel:
+def _saved(model: Any) -> SavedModel:
+    """The :class:`~crowdspark.io.saved_model.SavedModel` of a :class:`~crowdspark.ml.model.CrowdAggregatorModel`."""
     return SavedModel(model.getAlgorithm(), model_parameters(model.kernel), model.encoding.classes,
                       model.encoding.workers, model.globalParams, init_stats=model.initStats)
 
@@ -49,7 +46,7 @@ def _saved(model: CrowdAggregatorModel) -> SavedModel:
 class ModelWriter(MLWriter):
     """Writes a :class:`CrowdAggregatorModel` in the format of the module docstring."""
 
-    def __init__(self, instance: CrowdAggregatorModel) -> None:
+    def __init__(self, instance: Any) -> None:
         super().__init__()
         self.instance = instance
 
@@ -73,7 +70,8 @@ class ModelReader(MLReader):
         super().__init__()
         self.cls = cls
 
-    def load(self, path: str) -> CrowdAggregatorModel:
+    def load(self, path: str) -> Any:
+        """The model saved at ``path``, an instance of the class this reader was made for (``cls``)."""
         spark = self.sparkSession
         base = path.rstrip("/")
         files = files_for(base, spark, "the model path")
