@@ -10,7 +10,7 @@ algorithm's ratio to one Dawid-Skene iteration on the same engine (the progress 
 sweep's seconds, which shows warm-up).  Initialization and block building are excluded.  The last two
 columns are Spark means over every sweep: a stateful model's sweep session ends every
 ``--session-sweeps`` sweeps (``spark.session_sweeps``, default 100), and the cost of an end
-(``docs/decisions.md``, "Sweep sessions") does not show in a median.
+(``docs/decisions/0085-stateful-sessions.md``) does not show in a median.
 
 The Gibbs samplers are timed two ways: ``idbla`` runs burn-in sweeps (all but the last), ``idbla-kept``
 runs kept sweeps only (each also adds the Rao-Blackwellized posteriors to the items' sums; a default run

@@ -24,8 +24,9 @@ DEFAULT_SPARK_CONF = {
     # Spark keys its pools of Python workers by their environment, and this setting (on by default) is part of
     # the environment of SQL's Python tasks only: off, the mapInArrow tasks (block building, item output) and
     # the RDD tasks (sweeps, evaluation) share one daemon and its idle workers, so each executor starts its
-    # Python workers once per run instead of once per kind of task (docs/decisions.md, "One pool of Python
-    # workers").  Python errors in SQL tasks then carry their whole traceback.
+    # Python workers once per run instead of once per kind of task
+    # (docs/decisions/0215-one-python-worker-pool.md).  Python errors in SQL tasks then carry their whole
+    # traceback.
     "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
 }
 

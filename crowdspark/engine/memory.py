@@ -15,8 +15,9 @@ the fit on each host:
 The quality signals (``quality.enabled``) add per-worker (K, C, C) count tables after the fit
 (:data:`QUALITY_COPIES` copies beside the parameters), whatever the model.
 
-The constants were measured (``tests/test_memory.py`` checks them; ``docs/decisions.md``, "Predicting a
-fit's memory"): the prediction is within a factor :data:`ACCURACY` of the measured peak (tracemalloc's peak
+The constants were measured (``tests/test_memory.py`` checks them;
+``docs/decisions/0243-memory-prediction.md``): the prediction is within a factor :data:`ACCURACY` of the
+measured peak (tracemalloc's peak
 of the fit, which counts every numpy array), and errs high rather than low where the parameters dominate.
 
 :func:`memory_budget` is what the driver's host can give: ``engine.max_memory`` when it is set, else

@@ -21,7 +21,8 @@ count), why it is kept and what to do.
 Directories of these kinds written by earlier versions (a marker without a listing, or no marker at all)
 are recognised by their layout: every file below each folder must be what crowdspark writes there
 (:data:`_LAYOUTS`, :func:`legacy_kind`), so that upgrading crowdspark does not stop a nightly job that
-replaces its own previous result; ``docs/security.md`` states the rule and ``docs/decisions.md`` why.
+replaces its own previous result; ``docs/security.md`` states the rule and
+``docs/decisions/0246-writer-listing.md`` why.
 """
 
 from __future__ import annotations

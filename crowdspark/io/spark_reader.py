@@ -412,7 +412,7 @@ def _validate_labels(frame, cfg: InputConfig, cols: dict[str, str], source: str)
 
     # three small jobs: rows and nulls; the distinct labels, at most MAX_CLASSES + 1 of them fetched (a wrong
     # label column is refused before it is collected); the distinct workers.  Cheaper than an
-    # approx_count_distinct guard plus one union-distinct job (docs/decisions.md, "Input caching")
+    # approx_count_distinct guard plus one union-distinct job (docs/decisions/0106-input-caching.md)
     aggs = [F.count(F.lit(1)).alias("rows")] + [F.sum(F.col(role).isNull().cast("long")).alias(role) for role in cols]
     row = frame.agg(*aggs).collect()[0]
     if row["rows"] == 0:

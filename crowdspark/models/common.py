@@ -232,7 +232,7 @@ def label_loglik(block: Block, log_pi: np.ndarray) -> np.ndarray:
     out = incidence(block, n_workers, n_classes, log_pi.dtype).T @ table
     # items along the contiguous axis (Fortran order): the per-item reductions that follow (max, sum, the
     # posterior normalization) then run over contiguous columns, several times faster than along short rows
-    # (docs/decisions.md, "Per-item tables in Fortran order")
+    # (docs/decisions/0104-fortran-order.md)
     return to_fortran(out).reshape((block.n_items,) + latent_shape)
 
 

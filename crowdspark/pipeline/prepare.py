@@ -37,7 +37,7 @@ __all__ = ["Prepared", "prepare_frames", "prepare_spark", "local_blocks", "defau
 log = logging.getLogger(__name__)
 
 #: labels per partition above which the default partition count grows (block building holds a whole partition in
-#: one Python worker: its Arrow columns, codes and blocks; docs/decisions.md, "Partitions")
+#: one Python worker: its Arrow columns, codes and blocks; docs/decisions/0109-partitions.md)
 LABELS_PER_PARTITION = 4_000_000
 
 
@@ -208,7 +208,7 @@ def default_partitions(spark, n_labels: int) -> int:
     a multiple of the parallelism.
 
     The rounding keeps the cores' shares equal: a sweep session deals the blocks over one task per core
-    (``docs/decisions.md``, "Partitions").
+    (``docs/decisions/0109-partitions.md``).
     """
     slots = max(1, spark.sparkContext.defaultParallelism)
     needed = max(slots, -(-n_labels // LABELS_PER_PARTITION))

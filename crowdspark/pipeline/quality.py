@@ -46,7 +46,7 @@ RELABEL_ORDER = (("margin", True), ("confidence", True), ("item", True))
 
 def quality_on(config: RunConfig) -> bool:
     """Whether the run computes its quality signals: ``quality.enabled``, and not an incremental night (whose
-    tables merge carried items written without them; docs/decisions.md, "Quality statistics")."""
+    tables merge carried items written without them; docs/decisions/0168-incremental-no-quality.md)."""
     return config.quality.enabled and config.incremental.mode == "off"
 
 

@@ -51,7 +51,7 @@ __all__ = ["FRAME_LABEL_BYTES", "max_frame_rows", "driver_prediction", "fit_smal
 log = logging.getLogger(__name__)
 
 #: bytes per label of the densest input format (the benchmarks' Parquet files: 2.4-3.4 bytes per label;
-#: docs/decisions.md, "Small inputs"): a frame of ``engine.small_input_bytes / FRAME_LABEL_BYTES`` rows is the
+#: docs/decisions/0105-small-inputs.md): a frame of ``engine.small_input_bytes / FRAME_LABEL_BYTES`` rows is the
 #: most labels the command line collects to the driver at the same threshold
 FRAME_LABEL_BYTES = 3
 

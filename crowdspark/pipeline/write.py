@@ -42,7 +42,8 @@ def write_result(fitted: Fitted, items: Any, workers: pd.DataFrame, destination:
     where the engine can (:meth:`Fitted.write_items`: the Spark engine on a local master, to a local
     output), else ``items`` (pandas from the local engine, Spark from the Spark engine); the worker table
     (size K) from the driver, with pandas when the output is local (a Spark DataFrame of it would ship the
-    whole table inside one task; docs/decisions.md, "The worker table"), else with Spark; ``relabel/`` from
+    whole table inside one task; docs/decisions/0107-worker-table-from-driver.md), else with Spark;
+    ``relabel/`` from
     the rows the item-writing tasks kept, when they kept any (a pandas table, written like the worker table),
     else from the item table (:func:`_written_items`).  ``extra`` writes more entries into the staged result
     before ``summary.json`` (an incremental night's item state).

@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/experiments/ds_smoothing.py
 
-Prints a Markdown table (the one in docs/decisions.md).
+Prints a Markdown table (the one in docs/decisions/0035-ds-smoothing.md).
 """
 
 from __future__ import annotations

@@ -205,8 +205,8 @@ def one_wave_reads(spark) -> Iterator[None]:
     Spark cuts a file read into splits of ``min(spark.sql.files.maxPartitionBytes, input bytes per core)``:
     with the default 128 MiB, two 168 MiB files on two cores become three tasks (128, 128 and 2 x 40 MiB),
     and the last runs alone.  Raised to :data:`LOCAL_MAX_SPLIT_BYTES`, the split is the input's bytes per core,
-    one wave of equal tasks up to 1 GiB per core (docs/decisions.md, "One wave of reads on a local
-    master").  A value set in the session is kept, and so is the setting after the scope.
+    one wave of equal tasks up to 1 GiB per core (docs/decisions/0230-one-wave-reads.md).  A value set in the
+    session is kept, and so is the setting after the scope.
     """
     previous = spark.conf.get(_SPLIT_SETTING)
     if previous != _SPARK_DEFAULT_SPLIT or not spark.sparkContext.master.startswith("local"):

@@ -238,8 +238,8 @@ def _regroup(rdd, tasks: int):
 
     ``rdd.coalesce(tasks, shuffle=True)`` does not: PySpark shuffles batches of pickled elements, not
     elements, and a batch lands on one partition chosen from a seed per input partition, so regrouping the
-    few partitions of a previous session's result can put every block on one core (docs/decisions.md,
-    "Regrouping partitions for a session").
+    few partitions of a previous session's result can put every block on one core
+    (docs/decisions/0110-regrouping.md).
     """
     keyed = rdd.mapPartitionsWithIndex(partial(round_robin_keys, tasks))
     return keyed.partitionBy(tasks, _identity).values()
@@ -400,7 +400,8 @@ class SparkEngine(Engine):
     session_sweeps : int
         A sweep session of a stateful model ends after this many sweeps (its states are then cached with a
         truncated lineage, and a task failure replays at most this many sweeps); each end sends the states
-        through Spark's cache and starts a new barrier job (its cost: docs/decisions.md, "Sweep sessions").
+        through Spark's cache and starts a new barrier job (its cost:
+        docs/decisions/0085-stateful-sessions.md).
     tree_depth : int
         Depth of ``treeAggregate``.
     inject_task_failure : int

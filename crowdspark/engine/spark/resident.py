@@ -1,8 +1,9 @@
 """Blocks that stay in the Python worker processes between sweeps (the Spark engine's resident mode).
 
 PySpark keeps a cached RDD as pickled bytes in the JVM: every sweep, every block is streamed to a Python
-worker and unpickled again, which takes longer than the sweep's own work at 10M labels (docs/decisions.md,
-"Resident blocks").  In resident mode the cached RDD holds only a small :class:`BlockHandle` per block; the
+worker and unpickled again, which takes longer than the sweep's own work at 10M labels
+(docs/decisions/0079-resident-blocks.md).  In resident mode the cached RDD holds only a small
+:class:`BlockHandle` per block; the
 block itself is written once to a spill file on the executor's local disk and, the first time a Python worker
 process meets the handle, loaded into that process's memory, where it stays (with the arrays memoized on it,
 such as its incidence matrix) for the next sweeps.  Python workers are reused between tasks

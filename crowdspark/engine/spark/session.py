@@ -2,8 +2,8 @@
 
 A Spark job costs tens of milliseconds before any work is done (scheduling, task serialization, the Python
 worker round trip, a broadcast and a tree reduction), about as much as the numpy work of one Dawid-Skene
-iteration on 10M labels per core, so one job per sweep cannot use two cores well (docs/decisions.md, "Sweep
-sessions").  In session mode the engine runs
+iteration on 10M labels per core, so one job per sweep cannot use two cores well
+(docs/decisions/0080-sweep-sessions.md).  In session mode the engine runs
 **one barrier job** (Spark's barrier execution mode: all tasks start together) whose tasks hold their
 blocks in memory and serve the driver's sweeps:
 
@@ -21,7 +21,7 @@ driver).  Models with per-item state (samplers, collapsed VI) keep their states 
 session; when it ends, the tasks return the blocks with their final states, which the session's own job
 caches and locally checkpoints, so the engine's RDD of states moves on without lineage back through the
 session.  Spark's own ``BarrierTaskContext.allGather`` is not used: its JVM side polls once a second, so a
-call takes about as long (docs/decisions.md, "Sweep sessions").
+call takes about as long (docs/decisions/0081-allgather-rejected.md).
 
 **Failures.**  If a task fails, Spark kills its siblings and resubmits the whole barrier stage; the new
 tasks connect again (their task attempt ids are higher than any seen before the failure) and the driver
