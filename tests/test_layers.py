@@ -1,7 +1,7 @@
 """The package's layers hold, read from the code's own imports (every ``import`` statement, also those inside
 functions): no module imports from a higher floor, and no modules import each other in a circle.
 
-The floors, from the bottom (``docs/decisions.md``, "Layers"): a module may import from its own floor and the
+The floors, from the bottom (``docs/decisions/0253-layers-enforced-spark-package.md``): a module may import from its own floor and the
 floors below it.  A new top-level module or package must be given a floor here.
 """
 
