@@ -256,6 +256,7 @@ def test_the_history_page_takes_the_roots_lock(nightly):
     assert done.returncode == 2 and "lock" in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_each_quality_statistic_says_what_it_means(tmp_path):
     data = Path(__file__).resolve().parents[1] / "data" / "bluebird"
     out = tmp_path / "dds"
