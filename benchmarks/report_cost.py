@@ -1,12 +1,20 @@
 """What the run report costs on the driver: wall time and peak memory of ``crowdspark report``.
 
     .venv/bin/python -m benchmarks.report_cost --items 100000 500000
+    source scripts/env.sh && .venv/bin/python -m benchmarks.report_cost --items --spark-labels 10000000
 
 For each size, synthetic Dawid-Skene labels (``--labels-per-item`` per item, ``--workers`` workers, 3 classes)
 and their truth are written under a temporary folder; two ``ds`` nights run on the local engine with gold (the
 first on 80% of the labels, the second on all of them, warm-started from the first); then ``crowdspark report``
 runs in a fresh process on each night: the first has no previous run, the second also compares with the first
-(the only part that holds item-level columns in memory). Prints one row per report, with the load average.
+(the only part that holds item-level columns in memory). Then the history page of a run root of
+``--history-nights`` nights (the second night's ``summary.json``, ``workers/`` and ``relabel/`` linked into that
+many ``run_id=`` folders): ``crowdspark report ROOT --history``. Prints one row per page, with the load average.
+
+``--spark-labels N`` measures the pages side by side with the run they describe: one ``spark-submit --master
+local[2] jobs/aggregate.py`` Dawid-Skene night with gold on the benchmarks' synthetic data of N labels (10 per
+item, 10,000 workers, 5 classes; :func:`benchmarks.common.ds_dataset`), then its report, then the history page
+of ``--history-nights`` copies of it, and the pages' share of the run's wall time.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import machine, run_measured
+from benchmarks.common import ROOT, ds_dataset, machine, run_measured
 from crowdspark.synthetic import dawid_skene_data
 
 _CLI = [sys.executable, "-m", "crowdspark"]
@@ -41,11 +49,58 @@ def _nights(folder: Path) -> None:
                        check=True, capture_output=True)
 
 
+def _history_root(night: Path, root: Path, nights: int) -> None:
+    """A run root of ``nights`` nights, each the files of ``night`` the history page reads (linked, not copied),
+    dated one day apart."""
+    import datetime as dt
+    import json
+    import shutil
+
+    from crowdspark.io.sink import make_run_root
+
+    make_run_root(str(root))
+    summary = json.loads((night / "summary.json").read_text())
+    for n in range(nights):
+        day = (dt.date(2026, 1, 1) + dt.timedelta(days=n)).isoformat()
+        run = root / f"run_id={day}"
+        for table in ("workers", "relabel"):
+            if (night / table).is_dir():
+                shutil.copytree(night / table, run / table, copy_function=os.link)
+        summary["inputs"] = {**summary.get("inputs", {}), "as_of": day, "run_id": day}
+        (run / "summary.json").write_text(json.dumps(summary))
+        shutil.copy(night / "_CROWDSPARK.json", run / "_CROWDSPARK.json")
+
+
+def _spark_side_by_side(labels: int, nights: int) -> None:
+    """One spark-submit night of ``labels`` labels, its report and a history of ``nights`` copies of it."""
+    path = ds_dataset(None, labels, n_workers=10_000)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "runs"
+        command = [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[2]", "--driver-memory",
+                   "8g", str(ROOT / "jobs" / "aggregate.py"), "--labels", path, "--gold", path + "-truth",
+                   "--algorithm", "ds", "--quiet", "--output", str(root), "--run-id", "2026-11-01"]
+        run_wall, run_peak, _ = run_measured(command, env)
+        night = root / "run_id=2026-11-01"
+        report_wall, report_peak, _ = run_measured([*_CLI, "report", str(night)], dict(os.environ))
+        history = Path(tmp) / "history"
+        _history_root(night, history, nights)
+        history_wall, history_peak, _ = run_measured([*_CLI, "report", str(history), "--history"], dict(os.environ))
+    print(f"| what | wall s | peak RSS MiB |\n|---|---|---|\n"
+          f"| spark-submit --master local[2], ds, {labels:,} labels, gold | {run_wall:.1f} | {run_peak:.0f} |\n"
+          f"| crowdspark report of that night | {report_wall:.1f} | {report_peak:.0f} |\n"
+          f"| crowdspark report --history of {nights} such nights | {history_wall:.1f} | {history_peak:.0f} |")
+    print(f"pages / run, wall: report {report_wall / run_wall:.3f}, history {history_wall / run_wall:.3f}, "
+          f"both {(report_wall + history_wall) / run_wall:.3f}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, nargs="+", default=[100_000, 500_000])
+    parser.add_argument("--items", type=int, nargs="*", default=[100_000, 500_000])
     parser.add_argument("--workers", type=int, default=2000)
     parser.add_argument("--labels-per-item", type=int, default=5)
+    parser.add_argument("--history-nights", type=int, default=90)
+    parser.add_argument("--spark-labels", type=int, help="also measure the pages next to a spark-submit night")
     args = parser.parse_args(argv)
     print(machine())
     print(f"load average before: {os.getloadavg()}")
@@ -62,6 +117,13 @@ def main(argv: list[str] | None = None) -> None:
                 wall, peak, _ = run_measured([*_CLI, "report", str(run)], dict(os.environ))
                 print(f"| {items:,} | {items * args.labels_per_item:,} | {what} | {wall:.1f} | {peak:.0f} |",
                       flush=True)
+            history = folder / "history"
+            _history_root(folder / "runs" / "run_id=2026-11-02", history, args.history_nights)
+            wall, peak, _ = run_measured([*_CLI, "report", str(history), "--history"], dict(os.environ))
+            print(f"| {items:,} | {items * args.labels_per_item:,} | the history of {args.history_nights} such nights "
+                  f"| {wall:.1f} | {peak:.0f} |", flush=True)
+    if args.spark_labels:
+        _spark_side_by_side(args.spark_labels, args.history_nights)
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -19,6 +19,7 @@ from crowdspark.errors import (
     EXIT_BAD_INPUT,
     EXIT_FAILURE,
     EXIT_OK,
+    ConfigError,
     CrowdsparkError,
     disk_full_message,
     is_disk_full,
@@ -82,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", metavar="FILE", help="where to write the page (default: RUN_DIR/report.html)")
     rep.add_argument("--gold", metavar="FILE",
                      help="gold to draw the calibration from, instead of the run's own --gold")
+    rep.add_argument("--history", action="store_true",
+                     help="RUN_DIR is a folder of --run-id runs: write its history page, night by night with drift "
+                          "flagged (default: RUN_DIR/history.html)")
     rep.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     items = sub.add_parser("items", help="write or print a run's whole answer, one row per item (an incremental "
                                          "night's items/ holds only the items it fitted)")
@@ -215,18 +219,24 @@ def _progress(summary: dict) -> str:
     return f"{summary['iterations']} iterations ({state})"
 
 
-def _write_run_report(destination: str) -> str | None:
-    """Write the report of a committed run and return its path; when it fails, say so on stderr (why, and the
-    command that retries) and return ``None``: the run's outcome is the run's, whatever its page does."""
-    from crowdspark.report import write_report
+def _write_run_report(destination: str, root: str | None = None) -> str | None:
+    """Write the report of a committed run (and with ``root``, the run root's history page) and return the
+    report's path; when a page fails, say so on stderr (why, and the command that retries) and go on: the run's
+    outcome is the run's, whatever its pages do."""
+    from crowdspark.report import write_history, write_report
 
-    try:
-        return write_report(destination)
-    except Exception as exc:  # noqa: BLE001 - the results are committed; the page is an extra
-        log.debug("the report of %s failed", destination, exc_info=True)
-        print(f"crowdspark: warning: the run succeeded and its results are in {destination}, but its report could "
-              f"not be written ({one_line(exc)}); run crowdspark report {destination} to retry", file=sys.stderr)
-        return None
+    written = None
+    pages = [("report", write_report, destination, "")] + ([("history page", write_history, root, " --history")]
+                                                         if root else [])
+    for what, write, target, flag in pages:
+        try:
+            page = write(target)
+            written = written or page
+        except Exception as exc:  # noqa: BLE001 - the results are committed; the pages are extras
+            log.debug("the %s of %s failed", what, target, exc_info=True)
+            print(f"crowdspark: warning: the run succeeded and its results are in {destination}, but its {what} could "
+                  f"not be written ({one_line(exc)}); run crowdspark report {target}{flag} to retry", file=sys.stderr)
+    return written
 
 
 def _items(output: str, out: str | None) -> int:
@@ -292,15 +302,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             if args.command == "report":
-                from crowdspark.report import write_report
+                from crowdspark.report import write_history, write_report
 
-                print(f"report written to {write_report(args.run_dir, args.out, args.gold)}")
+                if args.history and args.gold:
+                    raise ConfigError("--history draws the nights' own error against gold; drop --gold")
+                page = write_history(args.run_dir, args.out) if args.history else write_report(args.run_dir, args.out,
+                                                                                                args.gold)
+                print(f"{'history page' if args.history else 'report'} written to {page}")
                 return EXIT_OK
             if args.command == "items":
                 return _items(args.output, args.out)
             summary = run_aggregate(args)
             destination = run_directory(args.output, args.run_id) if args.run_id else args.output
-            page = _write_run_report(destination) if args.report else None
+            page = _write_run_report(destination, args.output if args.run_id else None) if args.report else None
     except CrowdsparkError as exc:
         if debug:
             log.exception("bad input")

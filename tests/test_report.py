@@ -159,6 +159,13 @@ def test_every_figure_has_labelled_axes_and_a_legend(runs, name):
         plt.close("all")
 
 
+@pytest.mark.parametrize("name", ["gold", "night2"])
+def test_log_axes_label_their_ticks_as_numbers(runs, name):
+    texts = _svg_texts(_page(runs[name]))  # the convergence figure's change is on a log scale
+    assert [t for t in texts if re.fullmatch("1e[-\u2212]0[1-6]", t)], texts  # a decade, minus sign and all
+    assert not [t for t in texts if "mathdefault" in t], texts
+
+
 def test_a_csv_result_is_reported(tmp_path):
     out = tmp_path / "csv"
     _aggregate(*BLUEBIRD, *GOLD, "--algorithm", "dds", "--output", str(out), "--set", "output.format=csv")
@@ -247,6 +254,62 @@ def test_chromium_opens_the_report_without_console_errors(runs, name, tmp_path):
     screenshot = tmp_path / "report.png"
     assert _open_in_chromium(runs[name] / REPORT_FILE, screenshot) == ""
     assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 20_000
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (Debian: apt-get install -y "
+                                                 "chromium); the report's browser test needs it")
+def test_chromium_opens_the_history_page_without_console_errors(runs, tmp_path):
+    from crowdspark.report import HISTORY_FILE
+    from crowdspark.report.history_page import HISTORY_SECTIONS
+
+    page = runs["nightly"] / HISTORY_FILE  # written by each --run-id night with --report
+    text = page.read_text(encoding="utf-8")
+    for sid in ("error", "agreement", "queue", "workers"):
+        assert "<svg" in _section(text, sid), sid
+    assert [sid for sid, _ in HISTORY_SECTIONS] == re.findall(r'<section id="(\w+)">', text)
+    screenshot = tmp_path / "history.png"
+    assert _open_in_chromium(page, screenshot) == ""
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 20_000
+
+
+#: worker ids a browser must show as text: markup, mathtext, a right-to-left override, a long name
+ODD_WORKERS = ("<b>bold</b>", "$w_^$", "\u202egpj.exe", "L" * 300)
+
+
+def _dom(page: Path) -> str:
+    """The document Chromium builds from ``page`` (``--dump-dom``)."""
+    command = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.resolve().as_uri()]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (Debian: apt-get install -y "
+                                                 "chromium); the report's browser test needs it")
+def test_chromium_shows_odd_names_literally(tmp_path):
+    import html
+
+    labels = pd.read_csv(DATA / "bluebird" / "labels.csv", dtype=str)
+    truth = pd.read_csv(DATA / "bluebird" / "truth.csv", dtype=str)
+    codes = {w: f"{ODD_WORKERS[k % len(ODD_WORKERS)]}{k}" for k, w in enumerate(sorted(labels["worker"].unique()))}
+    labels["worker"] = labels["worker"].map(codes)
+    labels["label"] = labels["label"].map(ODD_CLASSES)
+    truth["truth"] = truth["truth"].map(ODD_CLASSES)
+    labels.to_csv(tmp_path / "labels.csv", index=False)
+    truth.to_csv(tmp_path / "truth.csv", index=False)
+    out = tmp_path / "run"
+    _aggregate("--labels", str(tmp_path / "labels.csv"), "--gold", str(tmp_path / "truth.csv"), "--algorithm", "ds",
+               "--output", str(out), "--report")
+    assert _open_in_chromium(out / REPORT_FILE, tmp_path / "odd.png") == ""
+    dom = _dom(out / REPORT_FILE)
+    assert "<b>" not in dom  # the markup of a name is text, never an element
+    cells = [html.unescape(c) for c in re.findall(r"<td>(.*?)</td>", dom, flags=re.S)]
+    assert any(c.startswith("<b>bold</b>") for c in cells)
+    assert any(c.startswith("$w_^$") for c in cells)
+    assert any(c.startswith("<U+202E>gpj.exe") for c in cells)  # the override is shown, not obeyed
+    assert any(c.startswith("L" * 300) for c in cells)  # the long name whole
+    for name in ODD_CLASSES.values():
+        assert name in cells  # the per-class table against gold
 
 
 def test_the_quality_statistics_are_drawn_when_the_run_has_them(runs):

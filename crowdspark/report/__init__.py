@@ -15,11 +15,15 @@ from crowdspark.version import __version__
 from crowdspark.errors import ConfigError
 from crowdspark.io.paths import is_local, strip_file_scheme
 
-__all__ = ["REPORT_FILE", "generator_meta", "is_report_page", "build_report", "write_report", "check_report_target",
-           "check_report_out"]
+__all__ = ["REPORT_FILE", "HISTORY_FILE", "generator_meta", "is_report_page", "build_report", "write_report",
+           "check_report_target", "check_report_out", "build_history", "write_history"]
 
 #: the page's name in a result directory (part of its layout: :mod:`crowdspark.io.marker`)
 REPORT_FILE = "report.html"
+
+#: the history page's name in a run root (``crowdspark report ROOT --history``, and each ``--run-id`` night
+#: with ``--report``)
+HISTORY_FILE = "history.html"
 
 
 #: how the head of a page crowdspark wrote starts its generator mark
@@ -125,25 +129,121 @@ def _replace_file(target: str, text: str) -> None:
         raise
 
 
+def _summary_stamp(run_dir: str) -> tuple[int, int]:
+    """Which ``summary.json`` the run directory holds (inode, modification time): a commit replaces it."""
+    stat = os.stat(os.path.join(run_dir, "summary.json"))
+    return stat.st_ino, stat.st_mtime_ns
+
+
 def write_report(run_dir: str, out: str | None = None, gold: str | None = None) -> str:
     """Write the report of ``run_dir`` to ``out`` (default: ``report.html`` in the run directory); returns the
     path written.
 
+    The page is built first; a page that goes into a result is then written under the result's lock
+    (:class:`crowdspark.io.lock.OutputLock`, the one a run writing the result holds), which adds it to the
+    result's marker, after checking that the result is still the run the page was built from.
+
     Raises
     ------
     ConfigError
-        When ``out`` is refused (:func:`check_report_out`), before the page is built.
+        When ``out`` is refused (:func:`check_report_out`), before the page is built; when a run holds the
+        result's lock, or replaced the result while the page was built.
     """
     from crowdspark.io.files import LocalFiles
+    from crowdspark.io.lock import OutputLock
     from crowdspark.io.marker import RESULT, add_written_file, enclosing_owned
     from crowdspark.report.tables import resolve_run_dir
 
     local = resolve_run_dir(run_dir)
     target = os.path.abspath(strip_file_scheme(out)) if out else os.path.join(local, REPORT_FILE)
     check_report_out(target, "--out" if out else "the report page")
+    stamp = _summary_stamp(local)
     page = build_report(local, gold)
     owner = enclosing_owned(target)
-    if owner is not None and owner[1] == RESULT:
-        add_written_file(LocalFiles(), owner[0], REPORT_FILE)
-    _replace_file(target, page)
+    if owner is None or owner[1] != RESULT:
+        _replace_file(target, page)
+        return target
+    files = LocalFiles()
+    with OutputLock(files, owner[0]):
+        if owner[0] == os.path.realpath(local) and (
+                not os.path.exists(os.path.join(local, "summary.json")) or _summary_stamp(local) != stamp):
+            raise ConfigError(f"the result {local!r} was replaced by another run while its report was built; run "
+                              f"crowdspark report {local} again")
+        add_written_file(files, owner[0], REPORT_FILE)
+        _replace_file(target, page)
+    return target
+
+
+def _run_root(root: str) -> str:
+    """The local run root ``root`` names.
+
+    Raises
+    ------
+    ConfigError
+        When it is not local, or not a directory carrying crowdspark's run-root marker.
+    """
+    from crowdspark.io.files import LocalFiles
+    from crowdspark.io.marker import RUN_ROOT, read_marker
+
+    if not is_local(root):
+        raise ConfigError(f"the history page reads a local run root, but got {root!r}; copy the runs' summary.json, "
+                          "workers/ and relabel/ to local disk and give that folder")
+    local = strip_file_scheme(root).rstrip("/") or "/"
+    marker = read_marker(LocalFiles(), local) if os.path.isdir(local) else None
+    if marker is None or marker.get("kind") != RUN_ROOT:
+        raise ConfigError(f"--history reads a folder of --run-id runs carrying crowdspark's run-root marker, but "
+                          f"{root!r} is not one (a single result has no history; a folder of runs written by an "
+                          "earlier version gets its marker at its next night)")
+    return local
+
+
+def build_history(root: str) -> str:
+    """The history page of the run root ``root``, as HTML text (:mod:`crowdspark.report.history`).
+
+    Raises
+    ------
+    ConfigError
+        When matplotlib is missing or ``root`` is not a local run root.
+    """
+    from crowdspark.report.figures import pyplot
+    from crowdspark.report.history import collect_history
+    from crowdspark.report.history_page import render_history
+
+    local = _run_root(root)
+    pyplot()
+    return render_history(collect_history(local))
+
+
+def write_history(root: str, out: str | None = None) -> str:
+    """Write the history page of the run root ``root`` to ``out`` (default: ``history.html`` in the root);
+    returns the path written.
+
+    Into the root, it is written under the root's lock (:class:`crowdspark.io.lock.OutputLock` of the root),
+    replacing only a page crowdspark wrote, through a temporary name renamed over it.
+
+    Raises
+    ------
+    ConfigError
+        When ``root`` is not a local run root, or ``out`` (or the root's ``history.html``) is not a file the
+        page may replace.
+    """
+    from crowdspark.io.files import LocalFiles
+    from crowdspark.io.lock import OutputLock
+
+    local = _run_root(root)
+    default = os.path.join(local, HISTORY_FILE)
+    target = os.path.abspath(strip_file_scheme(out)) if out else default
+    inside = os.path.realpath(target) == os.path.realpath(default)
+    if not inside:
+        check_report_out(target, "--out")
+    page = build_history(local)
+    if not inside:
+        _replace_file(target, page)
+        return target
+    with OutputLock(LocalFiles(), local):
+        if os.path.lexists(target) and (os.path.islink(target) or not os.path.isfile(target)
+                                        or not is_report_page(target)):
+            raise ConfigError(f"{target!r} is not a page crowdspark wrote (no {_GENERATOR} ...\"> in its head): "
+                              "the history page replaces only its own. Move that file away, or give --out FILE")
+        _replace_file(target, page)
     return target

@@ -17,10 +17,12 @@ import pandas as pd
 from crowdspark.config import GoldConfig
 from crowdspark.errors import CrowdsparkError
 from crowdspark.io.pandas_reader import prepare_gold, read_frame
+from crowdspark.models.common import one_coin_confusion
 from crowdspark.report.tables import item_batches, item_columns, read_queue, read_summary, read_workers, table_format
 from crowdspark.rng import item_keys
 
-__all__ = ["Histogram", "Calibration", "Changes", "ItemFacts", "RunFacts", "summary_calibration", "collect"]
+__all__ = ["Histogram", "Calibration", "GoldConfusion", "Changes", "ItemFacts", "RunFacts", "summary_calibration",
+           "gold_confusion", "worker_matrices", "flag_columns", "class_bias", "spotlight_workers", "collect"]
 
 #: bins of the confidence histogram and of the reliability table (equal width on [0, 1])
 CONFIDENCE_BINS = 20
@@ -29,6 +31,8 @@ CALIBRATION_BINS = 10
 OTHER_BINS = 30
 #: rows of the tables of largest moves, flipped items and the relabel queue
 TOP_ROWS = 15
+#: workers whose own confusion matrices are drawn, for each reason (most labels, each flag, moved most)
+SPOTLIGHT_PER_REASON = 3
 
 _NOT_DRAWN = ("item", "label")
 
@@ -73,6 +77,59 @@ class Calibration:
     source: str = "computed by the report from items/ and the gold file"
 
 
+@dataclass(frozen=True)
+class GoldConfusion:
+    """The inferred labels of the held-out gold items against their true classes.
+
+    Attributes
+    ----------
+    classes : list of str, length C
+    counts : ndarray of int64, shape (C, C)
+        ``counts[t, l]``: gold items of true class ``t`` whose inferred label is ``l``.
+    """
+
+    classes: list[str]
+    counts: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(self.counts.sum())
+
+    def table(self) -> pd.DataFrame:
+        """One row per class: ``gold items`` (support), ``accuracy`` (share labelled right: recall),
+        ``precision`` (of the gold items labelled the class, the share truly of it) and ``most confused with``
+        (the wrong label most given to the class, empty when none is)."""
+        support = self.counts.sum(axis=1)
+        labelled = self.counts.sum(axis=0)
+        right = np.diag(self.counts)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            accuracy = np.where(support > 0, right / support, np.nan)
+            precision = np.where(labelled > 0, right / labelled, np.nan)
+        wrong = self.counts - np.diag(right)
+        confused = [self.classes[int(np.argmax(row))] if row.max() > 0 else "" for row in wrong]
+        return pd.DataFrame({"class": self.classes, "gold items": support, "accuracy": accuracy,
+                             "precision": precision, "most confused with": confused})
+
+
+def gold_confusion(truth: np.ndarray, label: np.ndarray, classes: list[str]) -> np.ndarray:
+    """Counts of (true class, inferred label) pairs, shape (C, C); pairs naming a class outside ``classes`` are
+    left out.
+
+    Parameters
+    ----------
+    truth, label : ndarray of str, shape (n,)
+        The gold items' true classes and inferred labels.
+    classes : list of str, length C
+    """
+    index = {c: i for i, c in enumerate(classes)}
+    t = pd.Series(truth, dtype=object).map(index)
+    lab = pd.Series(label, dtype=object).map(index)
+    known = (t.notna() & lab.notna()).to_numpy()
+    C = len(classes)
+    pairs = t.to_numpy()[known].astype(np.int64) * C + lab.to_numpy()[known].astype(np.int64)
+    return np.bincount(pairs, minlength=C * C).reshape(C, C)
+
+
 @dataclass
 class Changes:
     """What changed since the previous run (both tables are empty when nothing is shared)."""
@@ -110,9 +167,11 @@ class RunFacts:
     items: ItemFacts
     calibration: Calibration | None
     calibration_note: str
+    gold: GoldConfusion | None
     changes: Changes | None
     changes_note: str
     relabel: pd.DataFrame | None
+    spotlight: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["row", "worker", "why"]))
 
 
 def _bins(column: str, low: float, high: float, integer: bool) -> np.ndarray:
@@ -189,26 +248,33 @@ def summary_calibration(summary: dict[str, Any]) -> Calibration | None:
                        source='computed by the run (summary.json, "quality.calibration")')
 
 
-def _item_pass(run_dir: str, fmt: str, numeric: list[str], truth: pd.Series | None
-               ) -> tuple[ItemFacts, Calibration | None]:
-    """Both passes over ``items/``: ranges first, then the histograms and the gold items' confidences."""
+def _item_pass(run_dir: str, fmt: str, numeric: list[str], truth: pd.Series | None, classes: list[str]
+               ) -> tuple[ItemFacts, Calibration | None, GoldConfusion | None]:
+    """Both passes over ``items/``: ranges first, then the histograms, the gold items' confidences and their
+    confusion against the gold."""
     n, labels, ranges, integer = _ranges(run_dir, fmt, numeric)
     edges = {c: _bins(c, *ranges[c], c in integer) for c in ranges}
     counts = {c: np.zeros(len(e) - 1, dtype=np.int64) for c, e in edges.items()}
     scored_conf, scored_right = [], []
+    confusion = np.zeros((len(classes), len(classes)), dtype=np.int64)
     for batch in item_batches(run_dir, fmt, ["item", "label", *edges]):
         for column, e in edges.items():
             counts[column] += np.histogram(batch[column].dropna().to_numpy(dtype=float), bins=e)[0]
-        if truth is not None and "confidence" in batch:
-            true = batch["item"].map(truth)
-            has = true.notna().to_numpy()
+        if truth is None:
+            continue
+        true = batch["item"].map(truth)
+        has = true.notna().to_numpy()
+        label = batch["label"].to_numpy()[has]
+        confusion += gold_confusion(true.to_numpy()[has], label, classes)
+        if "confidence" in batch:
             scored_conf.append(batch["confidence"].to_numpy(dtype=float)[has])
-            scored_right.append((batch["label"].to_numpy()[has] == true.to_numpy()[has]))
+            scored_right.append(label == true.to_numpy()[has])
     facts = ItemFacts(n=n, label_counts=labels, histograms={c: Histogram(edges[c], counts[c]) for c in edges},
                       integer_columns=tuple(sorted(integer & set(edges))))
-    if truth is None or not scored_conf:
-        return facts, None
-    return facts, _calibration(np.concatenate(scored_conf), np.concatenate(scored_right))
+    gold = GoldConfusion(classes, confusion) if confusion.sum() else None
+    if not scored_conf or not sum(len(c) for c in scored_conf):
+        return facts, None, gold
+    return facts, _calibration(np.concatenate(scored_conf), np.concatenate(scored_right)), gold
 
 
 def _previous_dir(summary: dict[str, Any]) -> tuple[str | None, str]:
@@ -257,6 +323,74 @@ def _changes(run_dir: str, fmt: str, previous: str, workers: pd.DataFrame | None
                    n_flipped=len(flipped))
 
 
+def worker_matrices(workers: pd.DataFrame, n_classes: int) -> np.ndarray:
+    """Each worker's confusion matrix, shape (K, C, C): ``confusion``, or for models that give a worker one
+    number, the one-coin matrix of its ``accuracy`` (``accuracy`` on the diagonal, the rest spread evenly)."""
+    if "confusion" in workers:
+        return np.stack([np.stack([np.asarray(row, dtype=float) for row in m]) for m in workers["confusion"]])
+    return one_coin_confusion(workers["accuracy"].to_numpy(dtype=float), n_classes)
+
+
+def flag_columns(workers: pd.DataFrame) -> list[str]:
+    """The boolean columns of ``workers/`` (a flag such as ``spammer``)."""
+    return [c for c in workers.columns if workers[c].dtype == bool]
+
+
+def class_bias(matrices: np.ndarray) -> np.ndarray:
+    """How much each worker over-gives one label whatever the true class, shape (K,): the largest column mean of
+    its confusion matrix less ``1 / C`` (0 for a worker whose labels, over classes of equal size, are spread
+    evenly; ``1 - 1/C`` for one who always gives the same label).  Undefined rows are left out.
+
+    Parameters
+    ----------
+    matrices : ndarray, shape (K, C, C)
+    """
+    with np.errstate(invalid="ignore"):
+        means = np.nanmean(matrices, axis=1)
+    return np.nan_to_num(np.nanmax(np.where(np.isfinite(means), means, -np.inf), axis=1) - 1.0 / matrices.shape[2],
+                         neginf=0.0)
+
+
+def spotlight_workers(workers: pd.DataFrame, changes: Changes | None, n_classes: int = 0,
+                      per_reason: int = SPOTLIGHT_PER_REASON) -> pd.DataFrame:
+    """The workers whose own confusion matrices the page draws, and why: the ``per_reason`` workers with most
+    labels, the workers (with at least the median number of labels) most biased to one label
+    (:func:`class_bias`, with ``n_classes``), the flagged workers with most labels (for each flag), and those
+    whose estimated accuracy rose and fell most since the previous run (among the moves :class:`Changes`
+    lists).
+
+    Returns
+    -------
+    DataFrame
+        ``row`` (the worker's position in ``workers``), ``worker`` and ``why`` (its reasons, joined), one row
+        per worker, in the order chosen.
+    """
+    chosen: dict[int, list[str]] = {}
+    position = pd.Series(np.arange(len(workers)), index=workers["worker"].astype(str))
+
+    def add(rows: pd.Index, reason: str) -> None:
+        for row in rows:
+            chosen.setdefault(int(row), []).append(reason)
+
+    ranked = workers.reset_index(drop=True)
+    add(ranked.nlargest(per_reason, "n_labels").index, "most labels")
+    if n_classes:
+        bias = pd.Series(class_bias(worker_matrices(ranked, n_classes)))
+        prolific = ranked["n_labels"] >= ranked["n_labels"].median()
+        add(bias[prolific & (bias > 0)].nlargest(per_reason).index, "most biased to one label")
+    for flag in flag_columns(workers):
+        add(ranked[ranked[flag]].nlargest(per_reason, "n_labels").index, f"flagged {flag}")
+    if changes is not None and len(changes.workers):
+        moves = changes.workers
+        for rows, reason in ((moves[moves["change"] > 0].nlargest(per_reason, "change"), "improved most"),
+                             (moves[moves["change"] < 0].nsmallest(per_reason, "change"), "degraded most")):
+            add(pd.Index(position.reindex(rows["worker"].astype(str)).dropna().astype(int)),
+                f"{reason} since the previous run")
+    rows = list(chosen)
+    return pd.DataFrame({"row": rows, "worker": ranked["worker"].iloc[rows].to_numpy() if rows else [],
+                         "why": ["; ".join(chosen[r]) for r in rows]})
+
+
 def collect(run_dir: str, gold_path: str | None = None) -> RunFacts:
     """Read the run directory ``run_dir`` (local, resolved) and compute what its report shows.
 
@@ -271,17 +405,22 @@ def collect(run_dir: str, gold_path: str | None = None) -> RunFacts:
     fmt = table_format(summary)
     workers = read_workers(run_dir, fmt)
     columns, numeric = item_columns(run_dir, fmt)
-    computed = None if gold_path else summary_calibration(summary)
-    truth, calibration_note = (None, "") if computed else _gold_truth(summary, gold_path)
+    truth, calibration_note = _gold_truth(summary, gold_path)
+    classes = [str(c) for c in summary.get("classes", [])]
     if columns:
-        items, calibration = _item_pass(run_dir, fmt, [c for c in numeric if c not in _NOT_DRAWN], truth)
+        items, calibration, gold = _item_pass(run_dir, fmt, [c for c in numeric if c not in _NOT_DRAWN], truth,
+                                              classes)
     else:
-        items, calibration = ItemFacts(), None
-    if truth is not None and calibration is None:
+        items, calibration, gold = ItemFacts(), None, None
+    if truth is not None and gold is None:
         calibration_note = "no gold item is among this run's items, so there is no calibration against gold"
-    calibration = computed or calibration
+    calibration = (None if gold_path else summary_calibration(summary)) or calibration
     previous, changes_note = _previous_dir(summary)
     changes = _changes(run_dir, fmt, previous, workers) if previous and columns else None
     relabel = read_queue(os.path.join(run_dir, "relabel"), fmt, TOP_ROWS)
-    return RunFacts(run_dir=run_dir, summary=summary, workers=workers, items=items, calibration=calibration,
-                    calibration_note=calibration_note, changes=changes, changes_note=changes_note, relabel=relabel)
+    facts = RunFacts(run_dir=run_dir, summary=summary, workers=workers, items=items, calibration=calibration,
+                     calibration_note=calibration_note, gold=gold, changes=changes, changes_note=changes_note,
+                     relabel=relabel)
+    if workers is not None and len(workers):
+        facts.spotlight = spotlight_workers(workers, changes, len(classes))
+    return facts

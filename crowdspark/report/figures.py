@@ -25,6 +25,10 @@ __all__ = [
     "worker_accuracy",
     "labels_per_worker",
     "crowd_confusion",
+    "worker_scatter",
+    "worker_confusions",
+    "series",
+    "visible",
     "reliability",
     "level_accuracy",
     "accuracy_changes",
@@ -33,6 +37,11 @@ __all__ = [
 #: every text drawn as it is given: a ``$`` in a class name, a worker or an item id is a dollar sign, never
 #: the start of mathtext (``$5 to $10`` would show as "5to10", ``$x^$`` would fail to parse)
 LITERAL_TEXT = {"text.parse_math": False, "text.usetex": False}
+
+#: bidirectional controls: inside a name they would reorder what follows, so a name shows them as codes
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+#: characters of a name drawn in a figure's title or tick (the tables of the page show it whole)
+DRAWN_NAME = 40
 
 _WIDE = (7.5, 3.4)
 _SQUARE = (4.8, 4.0)
@@ -85,6 +94,22 @@ def to_svg(figure: Any, name: str) -> str:
     return text.strip()
 
 
+def visible(name: Any, limit: int | None = None) -> str:
+    """``name`` as text to show: each bidirectional control as ``<U+202E>`` (:data:`BIDI_CONTROLS`), cut to
+    ``limit`` characters with an ellipsis when given."""
+    text = "".join(f"<U+{ord(ch):04X}>" if ch in BIDI_CONTROLS else ch for ch in str(name))
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _plain_log(axis: Any) -> None:
+    """Label the ticks of a logarithmic ``axis`` as plain numbers: matplotlib's default writes them as mathtext
+    (``$\\mathdefault{10^{-6}}$``), which is shown as it is while mathtext is off (:data:`LITERAL_TEXT`)."""
+    from matplotlib.ticker import LogFormatter
+
+    axis.set_major_formatter(LogFormatter())
+    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+
+
 def _legend(ax: Any) -> None:
     ax.legend(loc="best", fontsize=8, frameon=False)
 
@@ -111,6 +136,7 @@ def convergence(history: list[dict[str, Any]], tol: float | None) -> Any:
     change = frame["change"].abs()
     if change.notna().any():
         right.semilogy(frame["iteration"], change, marker=".", label="change (what tol is tested against)")
+        _plain_log(right.yaxis)
         if tol:
             right.axhline(tol, color="tab:red", ls="--", label=f"tol = {tol:g}")
     else:
@@ -155,6 +181,7 @@ def labels_per_worker(workers: pd.DataFrame) -> Any:
     if high / low >= 10:
         ax.hist(n, bins=np.geomspace(low, high * 1.001, 25), edgecolor="white", label=f"workers ({len(n):,})")
         ax.set_xscale("log")
+        _plain_log(ax.xaxis)
     else:
         ax.hist(n, bins=np.linspace(low - 0.5, high + 0.5, min(int(high - low) + 2, 26)), edgecolor="white",
                 label=f"workers ({len(n):,})")
@@ -162,24 +189,99 @@ def labels_per_worker(workers: pd.DataFrame) -> Any:
     return _finish(ax, "labels given by the worker", "workers")
 
 
-def crowd_confusion(matrix: np.ndarray, classes: list[str]) -> Any:
-    """Heatmap of the crowd's confusion matrix (rows: true class, columns: given label, rows sum to 1)."""
+def crowd_confusion(matrix: np.ndarray, classes: list[str], xlabel: str = "label given by a worker",
+                    ylabel: str = "true class (inferred)", bar: str = "P(label | true class)") -> Any:
+    """Heatmap of a confusion matrix (rows: true class, columns: label, rows sum to 1): the crowd's by default."""
     plt = pyplot()
+    names = [visible(c, DRAWN_NAME) for c in classes]
     size = min(max(_SQUARE[0], 0.45 * len(classes) + 2.5), 12.0)
     fig, ax = plt.subplots(figsize=(size + 1, size))
     image = ax.imshow(matrix, vmin=0, vmax=1, cmap="Blues")
     ticks = np.arange(len(classes))
-    ax.set_xticks(ticks, classes, rotation=90 if len(classes) > 6 else 0)
-    ax.set_yticks(ticks, classes)
+    ax.set_xticks(ticks, names, rotation=90 if len(classes) > 6 else 0)
+    ax.set_yticks(ticks, names)
     if len(classes) <= 12:
         for (t, l), value in np.ndenumerate(matrix):
             ax.text(l, t, f"{value:.2f}", ha="center", va="center", fontsize=8,
                     color="white" if value > 0.6 else "black")
-    ax.set_xlabel("label given by a worker")
-    ax.set_ylabel("true class (inferred)")
-    bar = fig.colorbar(image, ax=ax)
-    bar.set_label("P(label | true class)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    colour = fig.colorbar(image, ax=ax)
+    colour.set_label(bar)
     return fig
+
+
+def worker_scatter(workers: pd.DataFrame, flags: list[str]) -> Any:
+    """Each worker's estimated accuracy against its number of labels (log scale), flagged workers marked."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=_WIDE)
+    known = workers[workers["accuracy"].notna()]
+    flagged = np.zeros(len(known), dtype=bool)
+    for flag in flags:
+        flagged |= known[flag].to_numpy(dtype=bool)
+    n = known["n_labels"].to_numpy(dtype=float)
+    accuracy = known["accuracy"].to_numpy(dtype=float)
+    ax.scatter(n[~flagged], accuracy[~flagged], s=10, alpha=0.6, rasterized=True, label=f"workers ({int((~flagged).sum()):,})")
+    if flagged.any():
+        ax.scatter(n[flagged], accuracy[flagged], s=18, marker="x", color="tab:red", rasterized=True,
+                   label=f"flagged {' or '.join(flags)} ({int(flagged.sum()):,})")
+    if n.size and n.max() / max(n.min(), 1.0) >= 10:
+        ax.set_xscale("log")
+        _plain_log(ax.xaxis)
+    ax.set_ylim(-0.02, 1.02)
+    return _finish(ax, "labels given by the worker", "estimated accuracy")
+
+
+def worker_confusions(matrices: np.ndarray, titles: list[str], classes: list[str]) -> Any:
+    """Small heatmaps of some workers' confusion matrices, shape (W, C, C), four to a row, one colour bar."""
+    plt = pyplot()
+    count = len(matrices)
+    columns = min(count, 4)
+    rows = -(-count // columns)
+    side = 2.3 if len(classes) <= 6 else 3.2
+    fig, axes = plt.subplots(rows, columns, figsize=(side * columns + 1.2, side * rows + 0.4), squeeze=False)
+    names = [visible(c, 12) for c in classes]
+    image = None
+    for k, ax in enumerate(axes.flat):
+        if k >= count:
+            ax.remove()
+            continue
+        image = ax.imshow(np.nan_to_num(matrices[k], nan=0.0), vmin=0, vmax=1, cmap="Blues")
+        ax.set_title(visible(titles[k], DRAWN_NAME // 2 + 8), fontsize=8)
+        ticks = np.arange(len(classes))
+        shown = len(classes) <= 8
+        ax.set_xticks(ticks, names if shown else [], rotation=90 if len(classes) > 3 else 0, fontsize=7)
+        ax.set_yticks(ticks, names if shown else [], fontsize=7)
+        if len(classes) <= 4:
+            for (t, l), value in np.ndenumerate(np.nan_to_num(matrices[k], nan=0.0)):
+                ax.text(l, t, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if value > 0.6 else "black")
+        ax.set_xlabel("label given", fontsize=8)
+        ax.set_ylabel("true class", fontsize=8)
+    colour = fig.colorbar(image, ax=[a for a in axes.flat if a.figure is fig], shrink=0.8)
+    colour.set_label("P(label | true class)")
+    return fig
+
+
+def series(frame: pd.DataFrame, columns: list[str], ylabel: str, flagged: pd.DataFrame | None = None) -> Any:
+    """Lines of ``frame``'s ``columns`` night after night (``frame`` is indexed by night), each night whose
+    value ``flagged`` marks (a frame of booleans like ``frame[columns]``) drawn as a red ring."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=_WIDE)
+    x = np.arange(len(frame))
+    marked = False
+    for column in columns:
+        values = frame[column].to_numpy(dtype=float)
+        ax.plot(x, values, marker=".", label=visible(column, DRAWN_NAME))
+        if flagged is not None and column in flagged:
+            hit = flagged[column].to_numpy(dtype=bool) & np.isfinite(values)
+            if hit.any():
+                ax.scatter(x[hit], values[hit], s=90, facecolors="none", edgecolors="tab:red", linewidths=1.5,
+                           label=None if marked else "drift flagged", zorder=3)
+                marked = True
+    step = max(1, len(frame) // 12)
+    ax.set_xticks(x[::step], [visible(v, 16) for v in frame.index[::step]], rotation=45, ha="right", fontsize=7)
+    return _finish(ax, "night (run id)", ylabel)
 
 
 def reliability(calibration: Calibration) -> Any:

@@ -12,11 +12,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from crowdspark.models.common import one_coin_confusion
 from crowdspark.report import figures, generator_meta
-from crowdspark.report.facts import Histogram, RunFacts
+from crowdspark.report.facts import Histogram, RunFacts, flag_columns, worker_matrices
 
-__all__ = ["SECTIONS", "render", "build_figures", "crowd_matrix"]
+__all__ = ["SECTIONS", "MEANINGS", "render", "build_figures", "crowd_matrix", "STYLE", "table", "note", "figure"]
 
 #: (id, heading) of the page's sections, in order
 SECTIONS = (
@@ -26,20 +25,83 @@ SECTIONS = (
     ("workers", "Workers"),
     ("confusion", "Confusion matrix of the crowd"),
     ("calibration", "Calibration against gold"),
+    ("classes", "Accuracy per class against gold"),
     ("levels", "Difficulty levels"),
     ("changes", "Changes since the previous run"),
     ("quality", "Quality statistics"),
 )
 
-_STYLE = """
+STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em auto;max-width:1000px;color:#222;
 line-height:1.45;padding:0 1em}
 h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
 table{border-collapse:collapse;margin:.6em 0;font-size:.9em}td,th{border:1px solid #ddd;padding:.25em .6em;
-text-align:right}th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
+text-align:right;overflow-wrap:anywhere;unicode-bidi:isolate}.scroll{max-height:24em;overflow:auto}.meaning td{text-align:left}
+.flag{color:#b00020;font-weight:600}th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5em .8em}figure{margin:1em 0}
 figure svg{max-width:100%;height:auto}.headline{font-size:1.1em;font-weight:600}summary{cursor:pointer}figcaption{font-size:.9em;color:#555}nav a{margin-right:.8em}
 """
+
+#: what a quality statistic (a ``summary.json`` key, an ``items/`` or ``workers/`` column) means, and what a
+#: good value is; ``{ln_c}`` is the natural log of the number of classes (docs/quality.md has the definitions)
+MEANINGS: dict[str, tuple[str, str]] = {
+    "krippendorff_alpha": ("how much the labels of one item agree beyond chance (Krippendorff's alpha, nominal): "
+                           "1 every pair agrees, 0 no more than chance, below 0 less than chance",
+                           "0.8 or more is reliable coding and 0.667 tentative (Krippendorff); a crowd of noisy "
+                           "workers often sits between 0.2 and 0.5 and its aggregate can still be right: read "
+                           "it with the error against gold"),
+    "class_agreement": ("for one class: of the pairs of labels of one item whose first is the class, the share "
+                        "whose second is too", "near 1; a class far below the others is one the crowd confuses "
+                        "(see the confusion matrices)"),
+    "paired_labels": ("labels of the items with two labels or more (what alpha is computed on)",
+                      "most of the labels"),
+    "workers.spammer_threshold": ("a worker whose spammer probability is above this is flagged spammer",
+                                  "set by quality.spammer_threshold (0.5: more likely a spammer than not)"),
+    "workers.scored": ("workers with a spammer probability (some labels on items of two classes or more)",
+                       "nearly every worker"),
+    "workers.spammers": ("workers flagged spammer", "few; the models already weigh their labels down, but they "
+                                                    "cost money"),
+    "workers.spammer_labels": ("labels given by the flagged workers", "a small share of the labels"),
+    "workers.mean_agreement": ("share of the labels equal to their item's inferred label, over all labels",
+                               "well above 1/C (chance); 1 when every label agrees with the answer"),
+    "workers.mean_spammer_score": ("Raykar & Yu's spammer score averaged over labels: 1 a perfect worker, 0 "
+                                   "labels that do not depend on the true class",
+                                   "near 1; it is estimated without the bias of few labels, so a worker with "
+                                   "few labels can score below 0 (to about -0.3): read that as 0"),
+    "relabel.budget": ("rows of the relabel queue (relabel/)", "what the team can relabel before the next run"),
+    "relabel.order": ("how the relabel queue is ordered", "-"),
+    "vote_entropy": ("entropy (nats) of the item's label shares: 0 when all its labels agree, {ln_c} when they "
+                     "spread evenly over the classes", "most items near 0; a hump near ln 2 = 0.69 is items "
+                     "split between two classes"),
+    "posterior_entropy": ("entropy (nats) of the item's posterior: 0 certain, {ln_c} no idea",
+                          "most items near 0"),
+    "agreement": ("share of the labels equal to the inferred label (of an item, or of a worker's labels)",
+                  "near 1; 1/C is chance"),
+    "relabel_gain": ("how much one more label is expected to lower the chance that the item's label is wrong",
+                     "most items near 0; the items with most gain are the ones to relabel"),
+    "margin": ("gap between the item's two most probable classes: 1 certain, 0 a tie",
+               "most items near 1; the relabel queue takes the smallest first"),
+    "n_labels": ("labels of the item", "the labels per item the task was designed for"),
+    "spammer_score": ("Raykar & Yu's score of the worker's confusion matrix: 1 perfect (or consistently "
+                      "permuted), 0 labels that do not depend on the true class",
+                      "near 1; few labels can give values below 0 (to about -0.3): read those as 0"),
+    "spammer_probability": ("posterior probability that the worker agrees with the answers only at chance rate",
+                            "near 0; above quality.spammer_threshold the worker is flagged spammer"),
+    "error_rate": ("share of the held-out gold items whose inferred label is wrong", "as low as the task allows"),
+    "ece": ("expected calibration error: the gap between confidence and accuracy on gold, averaged over items",
+            "0 is perfect; below 0.05 the confidences can be read as probabilities"),
+}
+
+
+def meaning(name: str, n_classes: int) -> tuple[str, str] | None:
+    """What the statistic ``name`` means and what a good value is (:data:`MEANINGS`; a ``class_agreement.<c>``
+    key reads ``class_agreement``), or ``None`` when the page knows nothing of it."""
+    found = MEANINGS.get(name) or MEANINGS.get(name.split(".", 1)[0] if name.startswith("class_agreement.") else "")
+    if found is None:
+        return None
+    ln_c = f"ln {n_classes} = {np.log(max(n_classes, 2)):.2f}"
+    return found[0].replace("{ln_c}", ln_c), found[1]
+
 
 _KNOWN_ITEM = ("confidence", "level", "epsilon")
 _KNOWN_WORKER = ("n_labels", "accuracy")
@@ -57,31 +119,31 @@ def _fmt(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _table(frame: pd.DataFrame) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
+def _text(value: Any) -> str:
+    """A value as HTML text: escaped, bidirectional controls shown as codes (:func:`figures.visible`)."""
+    return html.escape(figures.visible(_fmt(value)))
+
+
+def table(frame: pd.DataFrame, css: str = "") -> str:
+    """``frame`` as an HTML table of text (every value escaped)."""
+    head = "".join(f"<th>{_text(c)}</th>" for c in frame.columns)
+    rows = "".join("<tr>" + "".join(f"<td>{_text(v)}</td>" for v in row) + "</tr>"
                    for row in frame.itertuples(index=False))
-    return f"<table><tr>{head}</tr>{rows}</table>"
+    attribute = f' class="{css}"' if css else ""
+    return f"<table{attribute}><tr>{head}</tr>{rows}</table>"
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> str:
-    return _table(pd.DataFrame(pairs, columns=["", "value"])) if pairs else ""
+    return table(pd.DataFrame(pairs, columns=["", "value"])) if pairs else ""
 
 
-def _note(text: str) -> str:
-    return f'<p class="note">{html.escape(text)}</p>'
+def note(text: str) -> str:
+    return f'<p class="note">{_text(text)}</p>'
 
 
-def _figure(svg: str, caption: str) -> str:
-    return f"<figure>{svg}<figcaption>{html.escape(caption)}</figcaption></figure>"
+def figure(svg: str, caption: str) -> str:
+    return f"<figure>{svg}<figcaption>{_text(caption)}</figcaption></figure>"
 
-
-def _worker_matrices(workers: pd.DataFrame, n_classes: int) -> np.ndarray:
-    """Each worker's confusion matrix, shape (K, C, C): ``confusion``, or for models that give a worker one
-    number, the one-coin matrix of its ``accuracy`` (``accuracy`` on the diagonal, the rest spread evenly)."""
-    if "confusion" in workers:
-        return np.stack([np.stack([np.asarray(row, dtype=float) for row in m]) for m in workers["confusion"]])
-    return one_coin_confusion(workers["accuracy"].to_numpy(dtype=float), n_classes)
 
 
 def crowd_matrix(workers: pd.DataFrame, n_classes: int) -> np.ndarray:
@@ -90,7 +152,7 @@ def crowd_matrix(workers: pd.DataFrame, n_classes: int) -> np.ndarray:
     A row a worker's matrix leaves undefined (NaN: a majority vote's class the worker never saw) is left out of
     that row's average.
     """
-    matrices = _worker_matrices(workers, n_classes)
+    matrices = worker_matrices(workers, n_classes)
     weights = workers["n_labels"].to_numpy(dtype=float)[:, None] * np.isfinite(matrices).all(axis=2)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.einsum("kt,ktl->tl", weights, np.nan_to_num(matrices)) / weights.sum(axis=0)[:, None]
@@ -114,8 +176,19 @@ def _figures(facts: RunFacts) -> dict[str, Any]:
     if workers is not None and len(workers):
         out["worker_accuracy"] = figures.worker_accuracy(workers)
         out["labels_per_worker"] = figures.labels_per_worker(workers)
-        classes = list(summary["classes"])
+        out["worker_scatter"] = figures.worker_scatter(workers, flag_columns(workers))
+        classes = [str(c) for c in summary["classes"]]
+        if len(facts.spotlight):
+            matrices = worker_matrices(workers.iloc[facts.spotlight["row"].to_numpy()], len(classes))
+            titles = [f"{w} ({why})" for w, why in zip(facts.spotlight["worker"], facts.spotlight["why"])]
+            out["worker_confusions"] = figures.worker_confusions(matrices, titles, classes)
         out["confusion"] = figures.crowd_confusion(crowd_matrix(workers, len(classes)), classes)
+    if facts.gold is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rows = facts.gold.counts / facts.gold.counts.sum(axis=1, keepdims=True)
+        out["gold_confusion"] = figures.crowd_confusion(np.nan_to_num(rows), facts.gold.classes,
+                                                        "label inferred by the run", "true class (gold)",
+                                                        "share of the class's gold items")
     if facts.calibration is not None:
         out["calibration"] = figures.reliability(facts.calibration)
     if n_levels(facts) > 1:
@@ -193,96 +266,125 @@ def _run_section(facts: RunFacts) -> str:
     pairs += [(f"metrics: {k}", v) for k, v in s.get("metrics", {}).items()]
     pairs += [(f"parameter: {k}", v) for k, v in s.get("parameters", {}).items()]
     pairs += [(f"seconds: {k}", v) for k, v in s.get("timings", {}).items()]
-    warnings = "".join(_note(f"warning: {w}") for w in s.get("warnings", []))
+    warnings = "".join(note(f"warning: {w}") for w in s.get("warnings", []))
     if s.get("items_scope", "all").split(":")[0] != "all":
-        warnings += _note(f"items: {s['items_scope']}. The item figures of this page show those items only.")
-    table = _pairs([(k, v) for k, v in pairs if v is not None])
-    return (f"{_headline(s)}{warnings}<details><summary>Settings, counts, metrics and timings</summary>{table}"
+        warnings += note(f"items: {s['items_scope']}. The item figures of this page show those items only.")
+    listed = _pairs([(k, v) for k, v in pairs if v is not None])
+    return (f"{_headline(s)}{warnings}<details><summary>Settings, counts, metrics and timings</summary>{listed}"
             "</details>")
 
 
 def _convergence_section(facts: RunFacts, svgs: dict[str, str]) -> str:
     s = facts.summary
     if "convergence" in svgs:
-        body = _figure(svgs["convergence"], f"{s.get('algorithm')}: {len(s['history'])} iterations; "
+        body = figure(svgs["convergence"], f"{s.get('algorithm')}: {len(s['history'])} iterations; "
                                             f"{s.get('stop_reason') or ''}")
     else:
-        body = _note(f"{s.get('algorithm')} records no iterations (a one-pass algorithm, or a run that carried the "
+        body = note(f"{s.get('algorithm')} records no iterations (a one-pass algorithm, or a run that carried the "
                      "previous result forward), so there is no convergence to draw")
     selection = s.get("level_selection")
     if selection and selection.get("table"):
         columns = [c for c in ("n_levels", "log_evidence", "n_params", "aic", "bic", "icl", "n_iter", "converged")
                    if c in selection["table"][0]]
         body += (f"<p>Number of levels chosen by {html.escape(str(selection.get('criterion')))}: "
-                 f"{html.escape(str(selection.get('chosen')))}</p>" + _table(pd.DataFrame(selection["table"])[columns]))
+                 f"{html.escape(str(selection.get('chosen')))}</p>" + table(pd.DataFrame(selection["table"])[columns]))
     return body
 
 
 def _confidence_section(facts: RunFacts, svgs: dict[str, str]) -> str:
     items = facts.items
     if not items.n:
-        return _note("this run wrote no items/ table")
-    body = _figure(svgs["confidence"], f"{items.n:,} items") if "confidence" in svgs else _note(
+        return note("this run wrote no items/ table")
+    body = figure(svgs["confidence"], f"{items.n:,} items") if "confidence" in svgs else note(
         "items/ has no confidence column")
     counts = items.label_counts.sort_values(ascending=False)
     frame = pd.DataFrame({"inferred label": counts.index, "items": counts.to_numpy(),
                           "share": counts.to_numpy() / max(items.n, 1)})
-    return body + _table(frame)
+    return body + table(frame)
+
+
+#: flagged workers listed on the page at most (the table scrolls); the rest are counted
+FLAGGED_ROWS = 5000
 
 
 def _workers_section(facts: RunFacts, svgs: dict[str, str]) -> str:
     workers = facts.workers
     if workers is None or not len(workers):
-        return _note("this run wrote no workers/ table")
-    body = _figure(svgs["worker_accuracy"], "estimated accuracy: the workers' confusion matrices on the inferred "
-                                            "class proportions")
-    body += _figure(svgs["labels_per_worker"], f"{len(workers):,} workers, {int(workers['n_labels'].sum()):,} labels")
-    flags = [c for c in workers.columns if workers[c].dtype == bool]
-    for column in flags:
-        flagged = workers[workers[column]]
-        body += f"<p>{html.escape(column)}: {len(flagged):,} of {len(workers):,} workers</p>"
+        return note("this run wrote no workers/ table")
+    body = figure(svgs["worker_accuracy"], "estimated accuracy: the workers' confusion matrices on the inferred "
+                                           "class proportions (1 always right; 1/C is a worker who guesses)")
+    body += figure(svgs["labels_per_worker"], f"{len(workers):,} workers, {int(workers['n_labels'].sum()):,} labels")
+    body += figure(svgs["worker_scatter"], "each worker's estimated accuracy against its labels: a prolific worker "
+                                           "low on the chart costs most; with few labels the estimate is close "
+                                           "to the prior")
+    if "worker_confusions" in svgs:
+        chosen = facts.spotlight
+        body += ("<p>The workers that matter, each with its own confusion matrix (the crowd's matrix below averages "
+                 "them by labels, so a worker biased towards one class vanishes in it):</p>")
+        body += figure(svgs["worker_confusions"], "rows: true class (inferred), columns: label the worker gave")
         shown = [c for c in ("worker", "n_labels", "accuracy") if c in workers]
-        body += _table(flagged.sort_values("n_labels", ascending=False)[shown].head(15)) if len(flagged) else ""
+        rows = workers.iloc[chosen["row"].to_numpy()][shown].reset_index(drop=True)
+        body += table(rows.assign(why=chosen["why"].to_numpy()))
+    for column in flag_columns(workers):
+        flagged = workers[workers[column]].sort_values("n_labels", ascending=False)
+        body += f"<p>{_text(column)}: {len(flagged):,} of {len(workers):,} workers"
+        body += (f", the {FLAGGED_ROWS:,} with most labels listed" if len(flagged) > FLAGGED_ROWS else
+                 (", all listed, most labels first" if len(flagged) else "")) + "</p>"
+        shown = [c for c in ("worker", "n_labels", "accuracy", "spammer_probability", "spammer_score")
+                 if c in workers]
+        if len(flagged):
+            body += f'<div class="scroll">{table(flagged[shown].head(FLAGGED_ROWS))}</div>'
     lowest = workers[workers["n_labels"] >= workers["n_labels"].median()].nsmallest(10, "accuracy")
     body += "<p>Lowest estimated accuracy among the workers with at least the median number of labels:</p>"
-    return body + _table(lowest[["worker", "n_labels", "accuracy"]])
+    return body + table(lowest[["worker", "n_labels", "accuracy"]])
 
 
 def _confusion_section(facts: RunFacts, svgs: dict[str, str]) -> str:
     if "confusion" not in svgs:
-        return _note("this run wrote no workers/ table, so there is no confusion matrix")
+        return note("this run wrote no workers/ table, so there is no confusion matrix")
     how = ("the workers' confusion matrices" if "confusion" in facts.workers else
            f"the one-coin matrices of the workers' accuracies ({facts.summary.get('algorithm')} gives each worker "
            "one number)")
-    return _figure(svgs["confusion"], f"{how} averaged with their numbers of labels as weights: how often a label "
+    return figure(svgs["confusion"], f"{how} averaged with their numbers of labels as weights: how often a label "
                                       "of the crowd is each class, given the true class")
 
 
 def _calibration_section(facts: RunFacts, svgs: dict[str, str]) -> str:
     cal = facts.calibration
     if cal is None:
-        return _note(facts.calibration_note)
+        return note(facts.calibration_note)
     split = facts.summary.get("gold_split", {})
     held = " (the held-out gold: the gold items in the fit are left out)" if split.get("fit_items") else ""
-    return (_figure(svgs["calibration"], f"expected calibration error {cal.ece:.4f} on {cal.n:,} gold items{held}; "
-                                         f"{cal.source}")
-            + _table(cal.table))
+    return (figure(svgs["calibration"], f"expected calibration error {cal.ece:.4f} on {cal.n:,} gold items{held}; "
+                                        f"{cal.source}. {MEANINGS['ece'][0]}; {MEANINGS['ece'][1]}")
+            + table(cal.table))
+
+
+def _classes_section(facts: RunFacts, svgs: dict[str, str]) -> str:
+    gold = facts.gold
+    if gold is None:
+        return note(facts.calibration_note)
+    return (f"<p>{gold.n:,} held-out gold items. Accuracy is the share of a class's gold items the run labels "
+            "right; precision the share of the gold items labelled the class that are truly of it.</p>"
+            + table(gold.table())
+            + figure(svgs["gold_confusion"], "the run's labels against the gold: each row is a true class and "
+                                             "sums to 1 (the diagonal is the class's accuracy)"))
 
 
 def _levels_section(facts: RunFacts, svgs: dict[str, str]) -> str:
-    parts = [_figure(svgs[name], caption) for name, caption in (
+    parts = [figure(svgs[name], caption) for name, caption in (
         ("level", "items per difficulty level (the most probable level of each item)"),
         ("level_accuracy", "each worker's estimated accuracy on each level"),
         ("epsilon", "the items' difficulty epsilon of the initialization")) if name in svgs]
     algorithm = facts.summary.get("algorithm")
     if n_levels(facts) == 1:
-        return _note(f"{algorithm} fitted one difficulty level in this run: every item is as difficult as any "
+        return note(f"{algorithm} fitted one difficulty level in this run: every item is as difficult as any "
                      "other (dds chooses the number of levels by BIC; idbla takes n_levels)")
     if not parts:
-        return _note(f"{algorithm} has no difficulty levels (dds, idbla, fixed-idbla and idbla-cvb have them)")
+        return note(f"{algorithm} has no difficulty levels (dds, idbla, fixed-idbla and idbla-cvb have them)")
     metrics = facts.summary.get("metrics", {})
     if "level_labeling_error" in metrics:
-        parts.append(_table(pd.DataFrame({"level": range(len(metrics["level_labeling_error"])),
+        parts.append(table(pd.DataFrame({"level": range(len(metrics["level_labeling_error"])),
                                           "gold items": metrics.get("level_gold_items"),
                                           "labelling error on gold": metrics["level_labeling_error"]})))
     return "".join(parts)
@@ -291,19 +393,19 @@ def _levels_section(facts: RunFacts, svgs: dict[str, str]) -> str:
 def _changes_section(facts: RunFacts, svgs: dict[str, str]) -> str:
     c = facts.changes
     if c is None:
-        return _note(facts.changes_note)
+        return note(facts.changes_note)
     body = f"<p>Compared with the previous run at {html.escape(c.previous)}.</p>"
     body += _pairs([("items in both runs", c.items_shared), ("items whose label flipped", c.n_flipped),
                     ("new items", c.items_new), ("items no longer present", c.items_gone),
                     ("workers in both runs", c.worker_deltas.size), ("new workers", c.workers_new),
                     ("workers no longer present", c.workers_gone)])
     if "accuracy_changes" in svgs:
-        body += _figure(svgs["accuracy_changes"], "change of each worker's estimated accuracy")
-        body += "<p>Workers whose estimated accuracy moved most:</p>" + _table(c.workers)
+        body += figure(svgs["accuracy_changes"], "change of each worker's estimated accuracy")
+        body += "<p>Workers whose estimated accuracy moved most:</p>" + table(c.workers)
     if c.n_flipped:
         body += "<p>Flipped labels (rows: label before, columns: label now):</p>"
-        body += _table(c.flips.rename_axis(None, axis=1).reset_index().rename(columns={"label_before": "before"}))
-        body += "<p>Flipped items, most confident first:</p>" + _table(c.flipped)
+        body += table(c.flips.rename_axis(None, axis=1).reset_index().rename(columns={"label_before": "before"}))
+        body += "<p>Flipped items, most confident first:</p>" + table(c.flipped)
     return body
 
 
@@ -317,30 +419,46 @@ def _flatten(prefix: str, value: Any, pairs: list[tuple[str, Any]], tables: list
         pairs.append((prefix, value))
 
 
+def _explained(pairs: list[tuple[str, Any]], n_classes: int) -> str:
+    """The statistics ``pairs`` as a table with what each means and what a good value is."""
+    rows = [(name, value, *(meaning(name, n_classes) or ("", ""))) for name, value in pairs]
+    return table(pd.DataFrame(rows, columns=["statistic", "value", "what it means", "a good value"]), "meaning")
+
+
+def _column_caption(table_name: str, column: str, n_classes: int) -> str:
+    explained = meaning(column, n_classes)
+    if explained is None:
+        return f"{table_name} column {column}"
+    return f"{table_name} column {column}: {explained[0]}. A good value: {explained[1]}"
+
+
 def _quality_section(facts: RunFacts, svgs: dict[str, str]) -> str:
     quality = facts.summary.get("quality")
+    n_classes = len(facts.summary.get("classes", [])) or 2
     body = ""
     if quality:
         pairs: list[tuple[str, Any]] = []
         tables: list[tuple[str, pd.DataFrame]] = []
         _flatten("", {k: v for k, v in quality.items() if k != "calibration"}, pairs, tables)
-        body += _pairs(pairs) + "".join(f"<p>{html.escape(name)}:</p>{_table(t)}" for name, t in tables)
+        body += _explained(pairs, n_classes) + "".join(f"<p>{_text(name)}:</p>{table(t)}" for name, t in tables)
     else:
-        body += _note('summary.json has no "quality" section: this run computed no agreement, spammer or '
-                      "calibration statistics")
-    others = _other_item_columns(facts)
-    body += "".join(_figure(svgs[f"item_{c}"], f"items/ column {c}") for c in others)
-    body += "".join(_figure(svgs[f"worker_{c}"], f"workers/ column {c}") for c in _other_worker_columns(facts))
+        body += note('summary.json has no "quality" section: this run computed no agreement, spammer or '
+                     "calibration statistics")
+    body += "".join(figure(svgs[f"item_{c}"], _column_caption("items/", c, n_classes))
+                    for c in _other_item_columns(facts))
+    body += "".join(figure(svgs[f"worker_{c}"], _column_caption("workers/", c, n_classes))
+                    for c in _other_worker_columns(facts))
     if facts.relabel is not None:
         order = "by rank" if "rank" in facts.relabel else "as written"
-        body += f"<p>The relabel queue (relabel/), first rows {order}:</p>" + _table(facts.relabel)
+        body += f"<p>The relabel queue (relabel/), first rows {order}:</p>" + table(facts.relabel)
     else:
-        body += _note("this run wrote no relabel/ queue")
+        body += note("this run wrote no relabel/ queue")
     return body
 
 
 _RENDER = {"convergence": _convergence_section, "confidence": _confidence_section, "workers": _workers_section,
-           "confusion": _confusion_section, "calibration": _calibration_section, "levels": _levels_section,
+           "confusion": _confusion_section, "calibration": _calibration_section,
+           "classes": _classes_section, "levels": _levels_section,
            "changes": _changes_section, "quality": _quality_section}
 
 
@@ -355,5 +473,5 @@ def render(facts: RunFacts) -> str:
                  for sid, head in SECTIONS[1:]]
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{generator_meta()}"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{html.escape(title)}"
-            f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+            f"</title><style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
             f"<p>{html.escape(facts.run_dir)}</p><nav>{nav}</nav>{''.join(sections)}</body></html>\n")
