@@ -1,4 +1,4 @@
-"""Floor 1: counter-based randomness, additive statistics, blocks."""
+"""The core: counter-based randomness, additive statistics, blocks."""
 
 from __future__ import annotations
 
