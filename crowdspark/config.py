@@ -21,7 +21,7 @@ from typing import Any
 
 import tomllib
 
-from crowdspark.block import GoldSplit
+from crowdspark.block import DEFAULT_MAX_BLOCK_LABELS, GoldSplit
 from crowdspark.errors import ConfigError
 from crowdspark.models.registry import (
     ALGORITHMS,
@@ -206,7 +206,7 @@ class EngineConfig:
     """
 
     name: str = "spark"
-    max_block_labels: int = 2_000_000
+    max_block_labels: int = DEFAULT_MAX_BLOCK_LABELS
     small_input_bytes: int = 8 * 1024 * 1024
     checkpoint_dir: str = ""
     checkpoint_every: int = 0

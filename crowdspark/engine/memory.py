@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from crowdspark.block import DEFAULT_MAX_BLOCK_LABELS
 from crowdspark.errors import ConfigError
 from crowdspark.faces import setting
 from crowdspark.models.base import Footprint, Model
@@ -159,7 +160,7 @@ def _describe(largest: tuple[tuple[str, int], ...]) -> str:
 
 
 def predict_fit(model: Model, shape: FitShape, engine: str = "local", quality: bool = True,
-                max_block_labels: int = 2_000_000) -> Prediction:
+                max_block_labels: int = DEFAULT_MAX_BLOCK_LABELS) -> Prediction:
     """The peak bytes of fitting ``model`` on ``shape`` (see the module docstring).
 
     Parameters

@@ -15,8 +15,7 @@ from pyspark.ml.util import (
 )
 from pyspark.sql import DataFrame, SparkSession
 
-from crowdspark.block import DEFAULT_MAX_BLOCK_LABELS
-from crowdspark.config import DEFAULT_ALGORITHM, EngineConfig
+from crowdspark.config import DEFAULT_ALGORITHM, EngineConfig, GoldConfig, InputConfig, RunConfig, SparkConfig
 from crowdspark.docstrings import field_docs
 from crowdspark.errors import ConfigError
 from crowdspark.faces import ML, camel, using_face
@@ -35,6 +34,8 @@ log = logging.getLogger(__name__)
 
 #: ``engine.small_input_bytes``'s default: the labels DataFrames this face fits on the driver
 DEFAULT_SMALL_INPUT_BYTES = EngineConfig().small_input_bytes
+#: the configuration's defaults, which :func:`aggregate_df`'s keywords repeat (the estimators' are their Params')
+_RUN, _COLUMNS, _GOLD, _SPARK = RunConfig(), InputConfig(), GoldConfig(), SparkConfig()
 
 
 class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultParamsWritable):
@@ -82,18 +83,18 @@ class CrowdAggregator(Estimator, CrowdParams, DefaultParamsReadable, DefaultPara
         self,
         *,
         algorithm: str | None = None,
-        itemCol: str = "item",
-        workerCol: str = "worker",
-        labelCol: str = "label",
-        seed: int = 0,
+        itemCol: str | None = None,
+        workerCol: str | None = None,
+        labelCol: str | None = None,
+        seed: int | None = None,
         algorithmParams: dict[str, Any] | str | None = None,
         classes: list[str] | None = None,
-        partitions: int = 0,
-        maxBlockLabels: int = DEFAULT_MAX_BLOCK_LABELS,
-        checkpointInterval: int = 10,
-        smallInputBytes: int = DEFAULT_SMALL_INPUT_BYTES,
-        maxMemory: str = "",
-        handleUnknownWorkers: str = "error",
+        partitions: int | None = None,
+        maxBlockLabels: int | None = None,
+        checkpointInterval: int | None = None,
+        smallInputBytes: int | None = None,
+        maxMemory: str | None = None,
+        handleUnknownWorkers: str | None = None,
     ) -> None:
         super().__init__()
         self._setDefault(algorithm=self._default_algorithm)
@@ -322,13 +323,13 @@ def aggregate_df(
     algorithm: str = DEFAULT_ALGORITHM,
     *,
     gold_df: DataFrame | None = None,
-    seed: int = 0,
-    item: str = "item",
-    worker: str = "worker",
-    label: str = "label",
-    truth: str = "truth",
+    seed: int = _RUN.seed,
+    item: str = _COLUMNS.item,
+    worker: str = _COLUMNS.worker,
+    label: str = _COLUMNS.label,
+    truth: str = _GOLD.truth,
     classes: list[str] | None = None,
-    partitions: int = 0,
+    partitions: int = _SPARK.partitions,
     small_input_bytes: int = DEFAULT_SMALL_INPUT_BYTES,
     max_memory: str = "",
     **params: Any,

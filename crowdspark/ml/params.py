@@ -10,7 +10,6 @@ from typing import Any
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql import DataFrame
 
-from crowdspark.block import DEFAULT_MAX_BLOCK_LABELS
 from crowdspark.config import DEFAULT_ALGORITHM, EngineConfig, GoldConfig, InputConfig, RunConfig, SparkConfig
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.faces import camel
@@ -130,20 +129,20 @@ class CrowdParams(Params):
 
     def __init__(self) -> None:
         super().__init__()
-        defaults = SparkConfig()
+        run, spark, engine, columns = RunConfig(), SparkConfig(), EngineConfig(), InputConfig()
         self._setDefault(
-            itemCol="item",
-            workerCol="worker",
-            labelCol="label",
+            itemCol=columns.item,
+            workerCol=columns.worker,
+            labelCol=columns.label,
             algorithm=DEFAULT_ALGORITHM,
-            seed=0,
+            seed=run.seed,
             algorithmParams="{}",
             classes=[],
-            partitions=defaults.partitions,
-            maxBlockLabels=DEFAULT_MAX_BLOCK_LABELS,
-            checkpointInterval=defaults.checkpoint_interval,
-            smallInputBytes=EngineConfig().small_input_bytes,
-            maxMemory=EngineConfig().max_memory,
+            partitions=spark.partitions,
+            maxBlockLabels=engine.max_block_labels,
+            checkpointInterval=spark.checkpoint_interval,
+            smallInputBytes=engine.small_input_bytes,
+            maxMemory=engine.max_memory,
             handleUnknownWorkers="error",
         )
 
