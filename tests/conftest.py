@@ -15,6 +15,25 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+#: the environment variable that runs the full tier too (docs/testing.md)
+FULL_SUITE = "CROWDSPARK_FULL_SUITE"
+
+
+def full_suite() -> bool:
+    """Whether this run includes the tests marked ``full`` (``CROWDSPARK_FULL_SUITE=1``)."""
+    return os.environ.get(FULL_SUITE, "") not in ("", "0")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``full`` are skipped, saying how to run them, unless ``CROWDSPARK_FULL_SUITE=1``."""
+    if full_suite():
+        return
+    skip = pytest.mark.skip(reason=f"full tier: run with {FULL_SUITE}=1, `bash scripts/test.sh --full` "
+                                   "(docs/testing.md)")
+    for item in items:
+        if item.get_closest_marker("full") is not None:
+            item.add_marker(skip)
+
 
 @pytest.fixture(scope="session")
 def spark():
