@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Set up the environment and run the test suite: unit, Spark and end-to-end tests (about 15 minutes on 2 cores).
-# `--full` also runs the full tier (docs/testing.md): the standalone-cluster tests, the Spark kill matrix of a
-# run root and the notebook on all 12 crowds.  Other arguments go to pytest, e.g. `bash scripts/test.sh -m "not
-# spark"` for the fast tests only.
+# Set up the environment and run the test suite: unit, Spark and end-to-end tests, on two pytest workers (about
+# 15 minutes on 2 cores; docs/testing.md).
+# `--full` also runs the full tier: the standalone-cluster tests, the Spark kill matrix of a run root and the
+# notebook on all 12 crowds.  CROWDSPARK_TEST_WORKERS sets the number of workers (0: one process).  Other
+# arguments go to pytest, e.g. `bash scripts/test.sh -m "not spark and not slow"` for the fast tests only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 args=()
@@ -15,4 +16,6 @@ for arg in "$@"; do
 done
 bash scripts/setup.sh
 source scripts/env.sh
-exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=30 ${args[@]+"${args[@]}"}
+# a module's tests stay on one worker: its module-scoped fixtures (fitted models, a cluster) are built once
+workers=(-n "${CROWDSPARK_TEST_WORKERS:-2}" --dist loadfile)
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=30 "${workers[@]}" ${args[@]+"${args[@]}"}
