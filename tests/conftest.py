@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 from pathlib import Path
@@ -53,3 +54,21 @@ def spark():
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     return DATA
+
+
+@pytest.fixture(autouse=True)
+def _alone_if_marked(request, tmp_path_factory):
+    """Under pytest-xdist, a test marked ``alone`` (it asserts a wall-clock deadline: a barrier probe, a session
+    handshake) runs while no other worker runs a test: it holds an exclusive lock that every other test holds
+    shared."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    path = tmp_path_factory.getbasetemp().parent / "crowdspark-alone.lock"
+    with open(path, "a") as handle:
+        alone = request.node.get_closest_marker("alone") is not None
+        fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
