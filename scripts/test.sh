@@ -1,8 +1,21 @@
 #!/usr/bin/env bash
-# Set up the environment and run the whole test suite (unit, Spark and end-to-end tests).
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not spark"` for the fast tests only.
+# Set up the environment and run the test suite: unit, Spark and end-to-end tests, on two pytest workers (about
+# 15 minutes on 2 cores; docs/testing.md).
+# `--full` also runs the full tier: the standalone-cluster tests, the Spark kill matrix of a run root and the
+# notebook on all 12 crowds.  CROWDSPARK_TEST_WORKERS sets the number of workers (0: one process).  Other
+# arguments go to pytest, e.g. `bash scripts/test.sh -m "not spark and not slow"` for the fast tests only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+args=()
+for arg in "$@"; do
+  if [ "$arg" = "--full" ]; then
+    export CROWDSPARK_FULL_SUITE=1 CROWDSPARK_NOTEBOOK_CROWDS="${CROWDSPARK_NOTEBOOK_CROWDS:-all}"
+  else
+    args+=("$arg")
+  fi
+done
 bash scripts/setup.sh
 source scripts/env.sh
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# a module's tests stay on one worker: its module-scoped fixtures (fitted models, a cluster) are built once
+workers=(-n "${CROWDSPARK_TEST_WORKERS:-2}" --dist loadfile)
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=30 "${workers[@]}" ${args[@]+"${args[@]}"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 from pathlib import Path
@@ -14,6 +15,25 @@ DATA = ROOT / "data"
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+#: the environment variable that runs the full tier too (docs/testing.md)
+FULL_SUITE = "CROWDSPARK_FULL_SUITE"
+
+
+def full_suite() -> bool:
+    """Whether this run includes the tests marked ``full`` (``CROWDSPARK_FULL_SUITE=1``)."""
+    return os.environ.get(FULL_SUITE, "") not in ("", "0")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``full`` are skipped, saying how to run them, unless ``CROWDSPARK_FULL_SUITE=1``."""
+    if full_suite():
+        return
+    skip = pytest.mark.skip(reason=f"full tier: run with {FULL_SUITE}=1, `bash scripts/test.sh --full` "
+                                   "(docs/testing.md)")
+    for item in items:
+        if item.get_closest_marker("full") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
@@ -34,3 +54,21 @@ def spark():
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     return DATA
+
+
+@pytest.fixture(autouse=True)
+def _alone_if_marked(request, tmp_path_factory):
+    """Under pytest-xdist, a test marked ``alone`` (it asserts a wall-clock deadline: a barrier probe, a session
+    handshake) runs while no other worker runs a test: it holds an exclusive lock that every other test holds
+    shared."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    path = tmp_path_factory.getbasetemp().parent / "crowdspark-alone.lock"
+    with open(path, "a") as handle:
+        alone = request.node.get_closest_marker("alone") is not None
+        fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -25,7 +25,7 @@ import pytest
 from crowdspark.cli import main as crowdspark_main
 from scripts.standalone_cluster import StandaloneCluster, submit_command, submit_environment
 
-pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.full, pytest.mark.spark, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 RTE = ROOT / "data" / "rte"

@@ -47,6 +47,7 @@ def test_sessions_asked_for_with_dynamic_allocation_on_a_cluster_are_a_config_er
 
 
 @pytest.mark.spark
+@pytest.mark.alone
 def test_the_probe_passes_when_tasks_reach_the_driver_and_says_why_when_they_cannot(spark):
     from crowdspark.engine.spark.session import probe
 
@@ -85,6 +86,7 @@ def _ds_on_spark(spark, engine_options: dict, addresses: tuple[str, str] | None,
 
 
 @pytest.mark.spark
+@pytest.mark.alone
 def test_tasks_that_cannot_reach_the_driver_make_the_run_use_jobs_and_say_why(spark, monkeypatch, caplog):
     with caplog.at_level(logging.WARNING, logger="crowdspark.engine.spark.engine"):
         report = _ds_on_spark(spark, {}, (LOOPBACK, ELSEWHERE), monkeypatch)
@@ -96,6 +98,7 @@ def test_tasks_that_cannot_reach_the_driver_make_the_run_use_jobs_and_say_why(sp
 
 
 @pytest.mark.spark
+@pytest.mark.alone
 def test_tasks_that_reach_the_driver_make_the_run_use_sessions(spark, monkeypatch):
     report = _ds_on_spark(spark, {}, None, monkeypatch)
     assert report["sweep_mode"]["chosen"] == "session"
@@ -104,6 +107,7 @@ def test_tasks_that_reach_the_driver_make_the_run_use_sessions(spark, monkeypatc
 
 
 @pytest.mark.spark
+@pytest.mark.alone
 def test_sessions_asked_for_where_tasks_cannot_reach_the_driver_stop_the_run_with_the_reason(spark, monkeypatch):
     with pytest.raises(ConfigError, match="spark.sweep_mode = session cannot run: 2 of 2 probe tasks could not "
                                           "connect.*set spark.sweep_mode=auto"):

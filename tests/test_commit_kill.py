@@ -287,11 +287,13 @@ def test_a_local_run_killed_after_each_step_is_finished_by_the_next_run(tmp_path
 
 
 def _spark_cases() -> list:
-    """The Spark engine's kill points: every step of the commit of a plain ``--output``; with
-    ``CROWDSPARK_KILL_MATRIX=full`` also those of a run root (the same code, which the local engine's cases run
-    in every suite; each Spark case starts three Spark applications)."""
-    full = os.environ.get("CROWDSPARK_KILL_MATRIX") == "full"
-    return [case for case in _cases(everything=False) if full or case.values[0] is None]
+    """The Spark engine's kill points: every step of the commit of a plain ``--output`` in every suite; those of
+    a run root (the same code, which the local engine's cases run in every suite; each Spark case starts two
+    Spark applications) are in the full tier (``CROWDSPARK_FULL_SUITE=1``, or ``CROWDSPARK_KILL_MATRIX=full``)."""
+    every_time = os.environ.get("CROWDSPARK_KILL_MATRIX") == "full"
+    return [case if every_time or case.values[0] is None else pytest.param(*case.values, id=case.id,
+                                                                            marks=pytest.mark.full)
+            for case in _cases(everything=False)]
 
 
 @pytest.mark.spark

@@ -150,6 +150,7 @@ def test_a_huge_length_before_authentication_is_not_allocated(server, key):
     serves(server, key)
 
 
+@pytest.mark.alone
 def test_a_silent_peer_blocks_nobody_and_is_dropped_at_the_deadline(key, caplog):
     server = SessionServer(LOOPBACK, key, 2, handshake_seconds=5.0)
     with caplog.at_level(logging.WARNING, logger=session_net.__name__):
@@ -363,6 +364,7 @@ def _read_all(sock: socket.socket, n: int) -> bytes:
 # ------------------------------------------------------------------------------- failures of the server
 
 
+@pytest.mark.alone
 def test_a_failure_of_the_accept_thread_fails_the_wait_at_once(monkeypatch):
     def broken(self, sock, peer):
         sock.close()
@@ -471,6 +473,7 @@ def test_the_task_refuses_a_driver_without_the_key(monkeypatch, tmp_path, driver
     assert not marker.exists()
 
 
+@pytest.mark.alone
 def test_the_task_gives_up_on_a_silent_driver_at_the_deadline():
     address, thread = fake_driver(lambda sock: dropped(sock, seconds=10))
     start = time.perf_counter()
@@ -560,6 +563,7 @@ def _temp_blocks():
 
 
 @pytest.mark.spark
+@pytest.mark.alone
 def test_sweep_session_serves_its_tasks_despite_intruders(spark, tmp_path):
     """The report's attacks on a real session: a pickle that would run code, a frame header claiming 2^62
     bytes, and a peer that connects and says nothing. None is deserialized, none stops the sweeps."""
@@ -585,6 +589,7 @@ def test_sweep_session_serves_its_tasks_despite_intruders(spark, tmp_path):
 
 
 @pytest.mark.spark
+@pytest.mark.alone
 def test_a_failure_of_the_session_server_fails_map_reduce(spark, monkeypatch):
     from crowdspark.engine.spark.session import SweepSession
     from crowdspark.engine.spark.engine import _with_empty_state
@@ -618,6 +623,7 @@ class _DriverOnTheLan:
 
 
 @pytest.mark.spark
+@pytest.mark.alone
 def test_a_session_on_a_local_master_listens_on_loopback_only(spark, caplog):
     """Even when ``spark.driver.host`` is a LAN address (192.0.2.1: documentation range, not this machine)."""
     from crowdspark.engine.spark.engine import SparkEngine
