@@ -140,3 +140,42 @@ def test_a_table_crowdspark_did_not_create_is_not_replaced(spark, lake, tmp_path
         aggregate(config, "table:lake.labels", str(tmp_path / "runs"), spark=spark, run_id="2026-11-22")
     assert [r["item"] for r in spark.table("lake.theirs").collect()] == ["kept"]
     assert not (tmp_path / "runs" / "run_id=2026-11-22").exists()  # refused before anything was read
+
+
+def _two_runs(data_dir, root) -> None:
+    config = load_config(algorithm="ds", engine_name="local")
+    for day in ("2026-11-20", "2026-11-21"):
+        aggregate(config, str(data_dir / "rte" / "labels.csv"), str(root), run_id=day)
+
+
+def test_read_runs_gives_every_run_with_its_id_as_text(data_dir, tmp_path):
+    import crowdspark
+
+    _two_runs(data_dir, tmp_path / "ds")
+    runs = crowdspark.read_runs(str(tmp_path / "ds"))
+    assert runs.groupby("run_id").size().to_dict() == {"2026-11-20": 800, "2026-11-21": 800}
+    with pytest.raises(InputError, match="holds no committed run"):
+        crowdspark.read_runs(str(tmp_path))
+
+
+#: the documented read of every run's items with Spark (docs/incremental.md, "Catalog tables")
+SNIPPET = '''
+import crowdspark
+items = crowdspark.read_runs("results/ds", spark)   # every run's items, run_id as text
+'''
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_documented_spark_read_of_every_run_is_quiet_and_types_run_id_as_text(data_dir, tmp_path):
+    from pathlib import Path
+
+    assert SNIPPET.strip() in (Path(__file__).parents[1] / "docs" / "incremental.md").read_text()
+    _two_runs(data_dir, tmp_path / "results" / "ds")
+    script = ("from crowdspark.spark_session import build_session\n"
+              "spark = build_session('snippet', master='local[1]')\n" + SNIPPET +
+              "print(dict(items.dtypes)['run_id'], items.count())\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["string", "1600"]
+    assert "\tat " not in done.stderr and "Exception" not in done.stderr, done.stderr
