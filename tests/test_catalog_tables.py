@@ -126,6 +126,10 @@ def test_a_run_root_publishes_its_current_answer_and_history(spark, lake, tmp_pa
     history = spark.table("lake.answers_history").toPandas()
     assert list(history["run_id"]) == ["2026-11-22", "2026-11-23"]
     assert history["labels"].iloc[1] == second.summary["counts"]["labels"]
+    night("2026-11-21")  # a backfill: recorded, and the current answer stays the newer night's
+    assert {r["run_id"] for r in spark.table("lake.answers").select("run_id").distinct().collect()} == {"2026-11-23"}
+    history = spark.table("lake.answers_history").toPandas()
+    assert list(history["run_id"]) == ["2026-11-21", "2026-11-22", "2026-11-23"]
     assert table_kind(spark, "lake.answers") == "current"
     assert table_kind(spark, "lake.answers_history") == "history"
 
