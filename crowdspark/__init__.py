@@ -5,7 +5,7 @@ See the README for the command line, and :mod:`crowdspark.api` for the pandas AP
 
 from crowdspark.version import __version__
 
-__all__ = ["__version__", "read_items"]
+__all__ = ["__version__", "read_items", "read_runs"]
 
 
 def read_items(output: str, spark=None, folder: str = "items"):
@@ -14,3 +14,11 @@ def read_items(output: str, spark=None, folder: str = "items"):
     from crowdspark.io.chain import read_items as read
 
     return read(output, spark, folder)
+
+
+def read_runs(root: str, spark=None, folder: str = "items"):
+    """Every committed run's ``folder`` table of a folder of runs, with ``run_id`` as text;
+    :func:`crowdspark.io.runs.read_runs`."""
+    from crowdspark.io.runs import read_runs as read
+
+    return read(root, spark, folder)

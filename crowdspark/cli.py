@@ -42,8 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     agg = sub.add_parser("aggregate", help="aggregate labels and write items/, workers/, summary.json")
-    agg.add_argument("--labels", required=True, help="labels: CSV/Parquet/JSON file, folder or glob")
-    agg.add_argument("--gold", help="optional gold labels (columns item, truth) for evaluation")
+    agg.add_argument("--labels", required=True,
+                     help="labels: CSV/Parquet/JSON file, folder or glob, or a catalog table table:<db>.<name>")
+    agg.add_argument("--gold", help="optional gold labels (columns item, truth) for evaluation: a path, or "
+                                    "table:<db>.<name>")
     agg.add_argument("--algorithm", help=f"one of {', '.join(algorithm_names())} (default: {RunConfig.algorithm})")
     agg.add_argument("--engine", choices=["spark", "local"], help="spark (default) or local (numpy, one process)")
     agg.add_argument(

@@ -14,6 +14,7 @@ lists the known keys.  Every value is brought to the type its dataclass field de
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -58,6 +59,8 @@ __all__ = [
 
 INPUT_FORMATS = ("auto", "csv", "parquet", "json")
 OUTPUT_FORMATS = ("parquet", "csv")
+#: a catalog table: <db>.<name>
+TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
 ENGINES = ("spark", "local")
 #: the algorithm every face runs when none is named (the command line, the pyspark.ml face)
 DEFAULT_ALGORITHM = "ads"
@@ -168,13 +171,35 @@ class OutputConfig:
     ----------
     format : str
         ``parquet``, or ``csv`` (array columns written as JSON strings).
+    table : str
+        A catalog table ``<db>.<name>`` that a run with ``--run-id`` publishes its whole current answer to
+        after its commit (one row per item, as ``read_items`` gives it, with ``run_id`` and ``as_of``),
+        replaced at once for readers; empty: no table.  crowdspark creates it and replaces only a table it
+        created (table property ``crowdspark.kind``).
+    history_table : str
+        A catalog table ``<db>.<name>`` that gets one row per published run (``run_id``, ``as_of``, counts,
+        metrics, algorithm from ``summary.json``); a run published again replaces its row.  Empty: with
+        ``table``, ``<table>_history``.
     """
 
     format: str = "parquet"
+    table: str = ""
+    history_table: str = ""
 
     def __post_init__(self) -> None:
         coerce_fields(self, "output")
         check_choice("output.format", self.format, OUTPUT_FORMATS)
+        for key in ("table", "history_table"):
+            name = getattr(self, key)
+            if name and not TABLE_NAME.fullmatch(name):
+                raise ConfigError(f"output.{key} must be a catalog table written <db>.<name> (letters, digits, "
+                                  f"underscores), but got {name!r}")
+        if self.table and self.format != "parquet":
+            raise ConfigError(f"output.table = {self.table!r} publishes the Parquet item tables, but output.format "
+                              f"is {self.format!r}; set output.format = \"parquet\", or unset output.table")
+        if self.history_table and not self.table:
+            raise ConfigError(f"output.history_table = {self.history_table!r} needs output.table (the history "
+                              "lists the runs published to it); set output.table too")
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ __all__ = [
     "latest_run_before",
     "committed_runs",
     "run_as_of",
+    "read_runs",
 ]
 
 log = logging.getLogger(__name__)
@@ -249,3 +250,44 @@ def latest_run_before(root: str, as_of: _dt.date, spark: Any = None) -> str | No
     older = [(date, path) for path in _runs(files, root).values()
              if (date := run_as_of(files, path)) and date < as_of.isoformat()]
     return max(older)[1] if older else None
+
+
+def read_runs(root: str, spark: Any = None, folder: str = "items") -> Any:
+    """Every committed run's ``folder`` table of the run root ``root``, with the run id as a text column
+    ``run_id`` (each run's own rows: an incremental night's ``items/`` holds the items it fitted).
+
+    Lists the runs (:func:`committed_runs`: no staging folder, no failed run) and reads each by its path, so
+    Spark neither globs (a glob makes it log a Java stack while it looks for a streaming sink's metadata) nor
+    infers the type of ``run_id`` from the folder names (it would make ``2026-11-25`` a date).
+
+    Parameters
+    ----------
+    root : str
+        A folder of runs (an ``--output`` used with ``--run-id``).
+    spark : SparkSession, optional
+        Read with Spark (a Spark DataFrame); else with pandas (local paths only).
+    folder : str
+        ``items`` (default), ``workers`` ...
+
+    Raises
+    ------
+    InputError
+        When ``root`` holds no committed run.
+    """
+    runs = sorted(committed_runs(root, spark).items())
+    if not runs:
+        raise InputError(f"{root!r} holds no committed run (run_id=<id>/ folders written with --run-id); give the "
+                         "--output of the runs")
+    if spark is not None:
+        from pyspark.sql import functions as F
+
+        frames = [spark.read.parquet(f"{path}/{folder}").withColumn("run_id", F.lit(run_id).cast("string"))
+                  for run_id, path in runs]
+        whole = frames[0]
+        for frame in frames[1:]:
+            whole = whole.unionByName(frame, allowMissingColumns=True)
+        return whole
+    import pandas as pd
+
+    return pd.concat([pd.read_parquet(strip_file_scheme(f"{path}/{folder}")).assign(run_id=run_id)
+                      for run_id, path in runs], ignore_index=True)

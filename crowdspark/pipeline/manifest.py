@@ -101,7 +101,7 @@ def _absolute_paths(inputs: dict[str, Any]) -> dict[str, str]:
     paths = {}
     for what in ("labels", "gold"):
         path = inputs.get(what)
-        if isinstance(path, str) and not path.startswith("<"):  # "<DataFrame>": no path
+        if isinstance(path, str) and not path.startswith(("<", "table:")):  # "<DataFrame>": no path; a table
             paths[what] = absolute_local(path)
     return paths
 

@@ -14,6 +14,7 @@ import pandas as pd
 
 from crowdspark.config import RunConfig
 from crowdspark.errors import ConfigError, InputError
+from crowdspark.io.catalog import check_table_run
 from crowdspark.io.chain import check_outside_chain, check_replaceable, prune_runs
 from crowdspark.io.files import files_for
 from crowdspark.io.killpoint import kill_point
@@ -54,6 +55,7 @@ from crowdspark.pipeline.source import (
     spark_files,
 )
 from crowdspark.pipeline.progress import progress
+from crowdspark.pipeline.publish import publish_run
 from crowdspark.pipeline.summary import Timer
 from crowdspark.pipeline.window import Window
 from crowdspark.pipeline.write import write_result
@@ -171,6 +173,7 @@ def _plan(config: RunConfig, labels_path: str, output_dir: str | None, gold_path
     kind of night.  What a killed run left in the output is recovered first, under the output's lock
     (:func:`crowdspark.io.sink.check_output`), so no check refuses a commit cut short."""
     check_incremental_config(config)
+    check_table_run(config, labels_path, gold_path, run_id, spark)
     recovered = None
     if output_dir is not None:
         inputs = {"labels": labels_path, "gold": gold_path, "engine.checkpoint_dir": config.engine.checkpoint_dir}
@@ -326,10 +329,10 @@ def _locks(destination: str | None, config: RunConfig, spark: Any) -> list[Outpu
 def _fit_window(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
                 run_id: str | None, plan: _Plan, options: RunOptions | None, timer: Timer) -> Fitted:
     """Read the run's window, fit it, and record what was read."""
-    source = choose_source(config, labels_path, gold_path, output_dir, plan.warm_path or _table_path(plan), spark,
-                           master=options.master if options else None)
-    # the run id is part of the inputs: a checkpoint left by another night's run is never resumed
     window = Window.of(config, plan.as_of)
+    source = choose_source(config, labels_path, gold_path, output_dir, plan.warm_path or _table_path(plan), spark,
+                           window, master=options.master if options else None)
+    # the run id is part of the inputs: a checkpoint left by another night's run is never resumed
     options = replace(options or RunOptions(), warm_start=plan.saved, initial_workers=plan.table,
                       inputs={**_signature(source, labels_path, gold_path, window, spark), "run_id": run_id})
     with progress("prepare", f"reading the labels at {labels_path} ({source.engine} engine)"):
@@ -377,8 +380,9 @@ def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path:
     finally:
         fitted.close()
     if plan.destination is not None and run_id is not None:
-        write_latest(output_dir, run_id, plan.as_of, spark)
+        latest = write_latest(output_dir, run_id, plan.as_of, spark)
         kill_point("latest-written")
+        publish_run(spark, config, output_dir, run_id, plan.as_of, result.summary, latest)
         prune_runs(output_dir, config.nightly.keep_runs, spark)
         kill_point("runs-pruned")
     return result

@@ -13,6 +13,11 @@
 
 Every path gives the same answers (tested); the summary records which ran (``engine``, ``small_input``) and
 why (``engine_choice``).
+
+``--labels table:<db>.<name>`` (and ``--gold``) reads a catalog table with ``spark.table``
+(:mod:`crowdspark.io.catalog`): always Spark, with the run's window applied to the table before anything is
+read, so that a table partitioned by ``input.date_column`` lists only the window's partitions; a small table is
+then collected like small files.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import pandas as pd
 from crowdspark.config import RunConfig
 from crowdspark.engine.choice import EngineChoice, choose_engine, driver_master, estimate_files, is_local_master
 from crowdspark.errors import InputError
+from crowdspark.io.catalog import read_table, table_name, table_provider
 from crowdspark.io.column_types import check_input_types
 from crowdspark.io.pandas_reader import read_frame
 from crowdspark.io.paths import is_local, resolve_format, resolve_local_paths
@@ -82,6 +88,8 @@ def _pandas_files(config: RunConfig, labels_path: str, gold_path: str | None, ou
     :func:`local_small_input` but the size), else ``None``."""
     if config.engine.name != "spark" or not config.engine.small_input_bytes or config.input.filter:
         return None
+    if config.output.table or table_name(labels_path) or table_name(gold_path):
+        return None
     paths = [labels_path, gold_path, output_dir, warm_start, config.engine.checkpoint_dir]
     if not all(is_local(path) for path in paths if path):
         return None
@@ -105,7 +113,8 @@ def local_small_input(
     That is when ``engine.small_input_bytes`` is on, there is no ``input.filter``, every path of the run
     (labels, gold, output, warm start, checkpoints) is local, no label or gold file sits in a Hive-style
     partition folder (``date=...`` is a column only to Spark's reader), and the label files total fewer bytes
-    than the threshold; ``None`` otherwise (and always for ``engine.name = "local"``).
+    than the threshold; ``None`` otherwise (always for ``engine.name = "local"``, catalog tables and
+    ``output.table``: Spark reads and writes those).
     """
     threshold = config.engine.small_input_bytes
     files = _pandas_files(config, labels_path, gold_path, output_dir, warm_start)
@@ -180,9 +189,12 @@ def choose_source(
     output_dir: str | None,
     warm_start: str | None,
     spark: Any = None,
+    window: Any = None,
     master: str | None = None,
 ) -> Source:
     """Decide which reader and engine run (see the module docstring); Spark reads here when it reads.
+
+    ``window`` (a :class:`crowdspark.pipeline.window.Window`) filters a catalog table as it is read.
 
     Raises
     ------
@@ -192,7 +204,7 @@ def choose_source(
     ValueError
         When the Spark engine is needed and ``spark`` is ``None``.
     """
-    check_input_types(config.input, config.gold, labels_path, gold_path)
+    check_input_types(config.input, config.gold, *(None if table_name(p) else p for p in (labels_path, gold_path)))
     choice, small = driver_choice(config, labels_path, gold_path, output_dir, warm_start, spark, master)
     if config.engine.name == "local":
         return Source(engine="local", choice=choice.to_dict())
@@ -209,11 +221,10 @@ def choose_source(
         return Source(engine="local", choice=choice.to_dict())
     if spark is None:
         raise ValueError("the spark engine needs a SparkSession")
-    from crowdspark.io.spark_reader import read_spark_frame
-
-    input_format = resolve_format(labels_path, config.input.format, "labels")
-    labels = read_spark_frame(spark, labels_path, input_format, "labels")
-    gold = read_spark_frame(spark, gold_path, config.gold.format, "gold") if gold_path else None
+    labels, input_format = _read_spark(spark, labels_path, config.input.format, "labels")
+    if window is not None and table_name(labels_path):
+        labels = window.filter_spark(labels, labels_path)  # before any listing: Spark prunes the partitions
+    gold = _read_spark(spark, gold_path, config.gold.format, "gold")[0] if gold_path else None
     small = _spark_small_input(spark, config, labels)
     if small is not None:
         log.info(
@@ -229,6 +240,17 @@ def choose_source(
                           gold_frame=gold, input_format=input_format, filter_applied=True, choice=choice.to_dict())
     return Source(engine="local" if small else "spark", small_input=small, labels_frame=labels, gold_frame=gold,
                   input_format=input_format, choice=choice.to_dict())
+
+
+def _read_spark(spark: Any, path: str, fmt: str, what: str) -> tuple[Any, str]:
+    """``(frame, format)``: a catalog table (its provider as the format) or the files at ``path``."""
+    name = table_name(path)
+    if name is not None:
+        return read_table(spark, name, what), table_provider(spark, name)
+    from crowdspark.io.spark_reader import read_spark_frame
+
+    fmt = resolve_format(path, fmt, what)
+    return read_spark_frame(spark, path, fmt, what), fmt
 
 
 def read_pandas(source: Source, config: RunConfig, labels_path: str,
