@@ -506,7 +506,7 @@ class _SkillWeightedVote(Aggregator):
         if known.index.duplicated().any():
             raise InputError(f"skills: worker {known.index[known.index.duplicated()][0]!r} is listed twice; "
                              "give each worker one skill")
-        weight = known.reindex(_text(data[self.worker], self.worker)).to_numpy()
+        weight = known.reindex(_text(data[self.worker], self.worker)).to_numpy(dtype=np.float64, copy=True)
         missing = np.isnan(weight)
         if missing.any() and self.on_missing_skill == "error":
             workers = list(dict.fromkeys(data[self.worker].to_numpy()[missing]))

@@ -89,6 +89,16 @@ def test_string_ids_round_trip_with_their_dtype(dtype):
     assert weighted.labels_.index.dtype == data["task"].dtype and weighted.skills_.index.dtype == data["worker"].dtype
 
 
+def test_a_vote_with_skills_weighs_a_worker_without_one_by_the_default():
+    """The weights of a skill-weighted vote are written in place (a read-only array under pandas 3's
+    Copy-on-Write if taken from a Series without a copy)."""
+    data = pd.DataFrame({"task": ["a", "a", "a", "b"], "worker": ["w1", "w2", "w3", "w1"], "label": ["x", "y", "y", "x"]})
+    skills = pd.Series({"w1": 0.9})
+    model = MajorityVote(on_missing_skill="value", default_skill=0.5).fit(data, skills)
+    assert model.labels_.to_dict() == {"a": "y", "b": "x"}  # a: y weighs 0.5 + 0.5 > 0.9
+    assert MajorityVote(on_missing_skill="value", default_skill=0.4).fit(data, skills).labels_["a"] == "x"
+
+
 @pytest.mark.parametrize("quoted", [False, True], ids=["unquoted", "quoted"])
 def test_csv_ids_that_look_like_numbers_stay_the_files_text(tmp_path, quoted):
     """Both CSV readers (pyarrow's for a file without quotes, Python's otherwise) and the command line keep
