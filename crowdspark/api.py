@@ -270,11 +270,10 @@ class Aggregator:
         self.classes_ = [classes.get(c, c) for c in run.summary["classes"]]
         task_index = _index([tasks.get(t, t) for t in run.items["item"]], data[item], item)
         worker_index = _index([workers.get(w, w) for w in run.workers["worker"]], data[self.worker], "worker")
-        labels = _values([classes.get(c, c) for c in run.items["label"]], data[self.label])
-        self.labels_ = pd.Series(labels, index=task_index, name="agg_label")
-        self.probas_ = pd.DataFrame(np.asarray(list(run.items["posterior"]), dtype=np.float64).reshape(len(labels), -1),
-                                    index=task_index, columns=pd.Index(self.classes_, name="label"))
-        self.items_ = run.items.drop(columns="item").assign(label=labels).set_axis(task_index)
+        self.labels_ = _series([classes.get(c, c) for c in run.items["label"]], data[self.label], task_index, "agg_label")
+        self.probas_ = pd.DataFrame(np.asarray(list(run.items["posterior"]), dtype=np.float64).reshape(len(task_index), -1),
+                                    index=task_index, columns=_class_index(self.classes_, data[self.label]))
+        self.items_ = run.items.drop(columns="item").set_axis(task_index).assign(label=self.labels_)
         self.workers_ = run.workers.drop(columns="worker").set_axis(worker_index)
         skill = "skill" if "skill" in self.workers_.columns else "accuracy"
         self.skills_ = pd.Series(self.workers_[skill].to_numpy(), index=worker_index, name="skill")
@@ -283,7 +282,7 @@ class Aggregator:
                                          data[[self.worker, self.label]].drop_duplicates())
         proportions = run.summary["model"].get("class_proportions")
         if proportions is not None:
-            self.priors_ = pd.Series(proportions, index=pd.Index(self.classes_, name="label"), name="prior")
+            self.priors_ = pd.Series(proportions, index=_class_index(self.classes_, data[self.label]), name="prior")
         self._model_attributes(task_index, worker_index)
         self.history_ = pd.DataFrame(run.summary["history"])
         self.loss_history_ = [float(h["objective"]) for h in run.summary["history"]]
@@ -292,8 +291,8 @@ class Aggregator:
         self.quality_ = run.summary.get("quality")
         if self.quality_ is not None:
             queue = relabel_queue(run.items, self.quality_["relabel"]["budget"])
-            queue["item"] = _values([tasks.get(t, t) for t in queue["item"]], data[item])
-            queue["label"] = _values([classes.get(c, c) for c in queue["label"]], data[self.label])
+            queue["item"] = _series([tasks.get(t, t) for t in queue["item"]], data[item], queue.index, "item")
+            queue["label"] = _series([classes.get(c, c) for c in queue["label"]], data[self.label], queue.index, "label")
             self.relabel_ = queue.rename(columns={"item": item})
 
     def _model_attributes(self, task_index: pd.Index, worker_index: pd.Index) -> None:
@@ -369,15 +368,30 @@ def _text(values: pd.Series, column: str) -> np.ndarray:
 
 
 def _values(values: list[Any], column: pd.Series) -> Any:
-    """``values`` (taken from ``column``) in ``column``'s dtype, (n,)."""
+    """``values`` (taken from ``column``) in ``column``'s dtype, (n,).
+
+    A Series or Index built from them needs ``dtype=column.dtype`` too (:func:`_series`, :func:`_index`):
+    pandas 3 infers ``str`` from an object array of strings.
+    """
     if isinstance(column.dtype, np.dtype):
         return np.asarray(values, dtype=column.dtype)
     return pd.array(values, dtype=column.dtype)
 
 
+def _series(values: list[Any], column: pd.Series, index: pd.Index, name: str) -> pd.Series:
+    """A Series of ``values`` (taken from ``column``) in ``column``'s dtype, on ``index``, named ``name``."""
+    return pd.Series(_values(values, column), index=index, dtype=column.dtype, name=name)
+
+
 def _index(values: list[Any], column: pd.Series, name: str) -> pd.Index:
     """An index of ``values`` (ids taken from ``column``) in ``column``'s dtype, named ``name``."""
-    return pd.Index(_values(values, column), name=name)
+    return pd.Index(_values(values, column), dtype=column.dtype, name=name)
+
+
+def _class_index(classes: list[Any], column: pd.Series, name: str | None = "label") -> pd.Index:
+    """The classes (taken from the label ``column``) as an index named ``name``: object for an object column
+    (pandas 3 would infer ``str``), else the dtype pandas infers from them."""
+    return pd.Index(classes, dtype=object if column.dtype == object else None, name=name)
 
 
 def _originals(column: pd.Series) -> dict[str, Any]:
@@ -417,9 +431,9 @@ def _errors_frame(confusion: pd.Series, workers: pd.Index, classes: list[Any], p
     pairs = pairs.sort_values(list(pairs.columns))
     k = np.array([worker_pos[w] for w in pairs.iloc[:, 0]])
     g = np.array([class_pos[c] for c in pairs.iloc[:, 1]])
-    index = pd.MultiIndex.from_arrays([pairs.iloc[:, 0].to_numpy(), pairs.iloc[:, 1].to_numpy()],
+    index = pd.MultiIndex.from_arrays([pairs.iloc[:, 0], pairs.iloc[:, 1]],
                                       names=["worker", "label"])
-    return pd.DataFrame(matrices[k, :, g], index=index, columns=list(classes))
+    return pd.DataFrame(matrices[k, :, g], index=index, columns=_class_index(classes, pairs.iloc[:, 1], None))
 
 
 #: crowd-kit's rules for the labels of a worker without a skill in ``MajorityVote.fit(data, skills)``
@@ -493,7 +507,7 @@ class _SkillWeightedVote(Aggregator):
         if known.index.duplicated().any():
             raise InputError(f"skills: worker {known.index[known.index.duplicated()][0]!r} is listed twice; "
                              "give each worker one skill")
-        weight = known.reindex(_text(data[self.worker], self.worker)).to_numpy()
+        weight = known.reindex(_text(data[self.worker], self.worker)).to_numpy(dtype=np.float64, copy=True)
         missing = np.isnan(weight)
         if missing.any() and self.on_missing_skill == "error":
             workers = list(dict.fromkeys(data[self.worker].to_numpy()[missing]))
@@ -510,12 +524,12 @@ class _SkillWeightedVote(Aggregator):
         item = self.labels_.index.name
         scores, probas = self._weighted_scores(data, weight)
         labels = np.asarray(self.classes_, dtype=object)[scores.argmax(axis=1)]
-        self.labels_ = pd.Series(_values(list(labels), data[self.label]), index=self.labels_.index, name="agg_label")
+        self.labels_ = _series(list(labels), data[self.label], self.labels_.index, "agg_label")
         self.probas_ = pd.DataFrame(probas, index=self.labels_.index, columns=self.probas_.columns)
         agree = pd.Series(data[self.label].to_numpy() == self.labels_.reindex(data[item]).to_numpy())
         accuracy = agree.groupby(data[self.worker].to_numpy()).mean()
         self.skills_ = pd.Series(accuracy.to_numpy(dtype=np.float64),
-                                 index=pd.Index(_values(list(accuracy.index), data[self.worker]), name="worker"),
+                                 index=_index(list(accuracy.index), data[self.worker], "worker"),
                                  name="skill")
         for attr in [a for a in vars(self) if a.endswith("_") and a not in _WEIGHTED_VOTE_ATTRIBUTES]:
             delattr(self, attr)

@@ -343,9 +343,11 @@ def canonical_frame(frame: pd.DataFrame, columns: dict[str, str], what: str, sou
     Returns
     -------
     DataFrame
-        One object column of ``str`` (``None`` where null) per role.
+        One object column of ``str`` (``None`` where null) per role (``dtype=object`` given: pandas 3 would
+        infer ``str``, with NaN where null).
     """
-    return pd.DataFrame({role: canonical_values(frame[column], what, source, column) for role, column in columns.items()})
+    return pd.DataFrame({role: pd.Series(canonical_values(frame[column], what, source, column), dtype=object)
+                         for role, column in columns.items()})
 
 
 def _check_frame(frame: object, what: str, source: str) -> None:

@@ -64,7 +64,8 @@ def _csv_arrays(frame: pd.DataFrame) -> pd.DataFrame:
         if column in _ID_COLUMNS:
             continue
         values = frame[column]
-        if values.dtype == object and len(values) and str(values.iloc[0]).startswith("["):
+        text = values.dtype == object or pd.api.types.is_string_dtype(values.dtype)  # pandas 3 reads str
+        if text and len(values) and str(values.iloc[0]).startswith("["):
             frame[column] = values.map(json.loads)
     return frame
 
