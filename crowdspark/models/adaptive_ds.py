@@ -102,6 +102,8 @@ class AdaptiveDawidSkene(DawidSkene):
         How the structure is chosen: ``"aic"`` (``-2 LL + 2 d``) or ``"bic"`` (``-2 LL + d log n_labels``).
     structure : str
         ``"auto"`` (choose by ``criterion``), or ``"full"`` / ``"one-coin"`` to fix it.
+    stop, m_step : str
+        ``"change"`` and ``"map"`` only (crowd-kit's rule and M-step are ``ds``'s options).
     """
 
     criterion: str = "aic"
@@ -117,6 +119,8 @@ class AdaptiveDawidSkene(DawidSkene):
     shared_params: ClassVar[tuple[str, ...]] = ("log_alpha", "structure")
     param_domains: ClassVar[dict[str, tuple[str, str]]] = {
         "log_pi": ("log_simplex", "K*CC"), "log_alpha": ("log_simplex", "*C"), "structure": ("index", "*")}
+    stop_rules: ClassVar[tuple[str, ...]] = ("change",)
+    m_steps: ClassVar[tuple[str, ...]] = ("map",)
 
     def __post_init__(self) -> None:
         super().__post_init__()
