@@ -33,7 +33,9 @@ given, in the frame's dtype.
 
 The classes crowd-kit has take its positional arguments in its order (``DawidSkene(100)``,
 :data:`crowdspark.faces.CROWDKIT_POSITIONAL`) and accept its parameters that mean nothing here with one warning
-(:data:`crowdspark.faces.CROWDKIT_IGNORED`).  ``MajorityVote().fit(data, skills)`` is crowd-kit's vote weighted
+(:data:`crowdspark.faces.CROWDKIT_IGNORED`); ``DawidSkene``, ``OneCoinDawidSkene`` and ``GLAD`` take crowd-kit's
+stopping rule (and Dawid-Skene its M-step) as their defaults (:data:`crowdspark.faces.CROWDKIT_DEFAULTS`), so that
+a crowd-kit script gets crowd-kit's answers.  ``MajorityVote().fit(data, skills)`` is crowd-kit's vote weighted
 by given worker skills (gold is ``true_labels=``); ``MMSR`` adds ``scores_`` and ``fit_predict_score``.
 """
 
