@@ -33,7 +33,9 @@ given, in the frame's dtype.
 
 The classes crowd-kit has take its positional arguments in its order (``DawidSkene(100)``,
 :data:`crowdspark.faces.CROWDKIT_POSITIONAL`) and accept its parameters that mean nothing here with one warning
-(:data:`crowdspark.faces.CROWDKIT_IGNORED`).  ``MajorityVote().fit(data, skills)`` is crowd-kit's vote weighted
+(:data:`crowdspark.faces.CROWDKIT_IGNORED`); ``DawidSkene``, ``OneCoinDawidSkene`` and ``GLAD`` take crowd-kit's
+stopping rule (and Dawid-Skene its M-step) as their defaults (:data:`crowdspark.faces.CROWDKIT_DEFAULTS`), so that
+a crowd-kit script gets crowd-kit's answers.  ``MajorityVote().fit(data, skills)`` is crowd-kit's vote weighted
 by given worker skills (gold is ``true_labels=``); ``MMSR`` adds ``scores_`` and ``fit_predict_score``.
 """
 
@@ -49,7 +51,14 @@ import pandas as pd
 from crowdspark.config import DEFAULT_ALGORITHM, GoldConfig, InputConfig, RelabelConfig, RunConfig
 from crowdspark.docstrings import field_docs
 from crowdspark.errors import ConfigError, InputError
-from crowdspark.faces import CROWDKIT_ALIASES, CROWDKIT_IGNORED, CROWDKIT_POSITIONAL, PANDAS, using_face
+from crowdspark.faces import (
+    CROWDKIT_ALIASES,
+    CROWDKIT_DEFAULTS,
+    CROWDKIT_IGNORED,
+    CROWDKIT_POSITIONAL,
+    PANDAS,
+    using_face,
+)
 from crowdspark.io.cells import canonical_values
 from crowdspark.io.chain import read_items
 from crowdspark.io.rules import order_classes
@@ -158,7 +167,16 @@ class Aggregator:
                 raise ConfigError(
                     f"initial_error_strategy must be one of {list(_STRATEGIES)}, but got {initial_error_strategy!r}")
             self.params = check_params(algorithm, _canonical(algorithm, _without_ignored(algorithm, params)))
+            check_params(algorithm, self._algorithm_params())
             self._config(item or "item", 0.0)  # the same checks as at fit time, now
+
+    def _algorithm_params(self) -> dict[str, Any]:
+        """The parameters the fit runs with: the ones given (:attr:`params`) over crowd-kit's settings of a
+        crowd-kit class (:data:`crowdspark.faces.CROWDKIT_DEFAULTS`); none of those beside a preset (it sets its
+        own values) or for :class:`Aggregator` itself."""
+        if self.algorithm_name is None or "preset" in self.params:
+            return dict(self.params)
+        return {**CROWDKIT_DEFAULTS.get(model_class(self.algorithm).api_name, {}), **self.params}
 
     def _config(self, item: str, fit_fraction: float) -> RunConfig:
         return RunConfig(
@@ -167,7 +185,7 @@ class Aggregator:
             input=InputConfig(item=item, worker=self.worker, label=self.label,
                               classes=tuple(_text(pd.Series(self.classes, dtype=object), "classes"))),
             gold=GoldConfig(item=item, truth="truth", fit_fraction=fit_fraction, split_seed=self.gold_split_seed),
-            algorithms={self.algorithm: dict(self.params)},
+            algorithms={self.algorithm: self._algorithm_params()},
             relabel=RelabelConfig(budget=0),  # relabel_ holds every item
         )
 
@@ -587,7 +605,7 @@ def _positional(cls: str, names: tuple[str, ...], args: tuple[Any, ...], kwargs:
 def _face_class(model: type) -> type[Aggregator]:
     """The class of the pandas API for one registered model: its fields are its keyword arguments."""
     name = model.name
-    defaults = hyperparameters(name)
+    defaults = {**hyperparameters(name), **CROWDKIT_DEFAULTS.get(model.api_name, {})}
     base = _BASES.get(name, Aggregator)
     positional = CROWDKIT_POSITIONAL.get(model.api_name, ())
 

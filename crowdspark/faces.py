@@ -31,6 +31,7 @@ __all__ = [
     "CROWDKIT_ALIASES",
     "CROWDKIT_POSITIONAL",
     "CROWDKIT_IGNORED",
+    "CROWDKIT_DEFAULTS",
     "camel",
     "current_face",
     "using_face",
@@ -62,6 +63,16 @@ CROWDKIT_POSITIONAL: dict[str, tuple[str, ...]] = {
     "KOS": ("n_iter", "random_state"),
     "MMSR": ("n_iter", "tol", "random_state", "observation_matrix", "covariation_matrix", "n_common_tasks",
              "n_workers", "n_tasks", "n_labels", "labels_mapping", "workers_mapping", "tasks_mapping"),
+}
+
+#: the pandas API's defaults for the crowd-kit classes whose algorithm's own defaults stop (or estimate)
+#: otherwise than crowd-kit 1.4: crowd-kit's stopping rule, tolerance and estimates, so that a crowd-kit script
+#: gets crowd-kit's answers (the command line and the pyspark.ml face keep the algorithm's defaults; a preset
+#: given to the class replaces these; docs/catalogue.md, "A crowd-kit notebook")
+CROWDKIT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "DawidSkene": {"tol": 1e-5, "stop": "crowd-kit", "m_step": "crowd-kit"},
+    "OneCoinDawidSkene": {"tol": 1e-5, "stop": "crowd-kit", "smoothing": 1e-10},
+    "GLAD": {"stop": "crowd-kit"},
 }
 
 _MMSR_STATE = "crowdspark computes it from the labels of fit()"

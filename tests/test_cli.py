@@ -113,7 +113,7 @@ def test_algorithms_lists_parameters(capsys):
     assert main(["algorithms", "--json"]) == 0
     listing = json.loads(capsys.readouterr().out)
     defaults = {key: value["default"] for key, value in listing["ds"]["parameters"].items()}
-    assert defaults == {"max_iter": 100, "tol": 1e-6, "smoothing": 0.5}
+    assert defaults == {"max_iter": 100, "tol": 1e-6, "smoothing": 0.5, "stop": "change", "m_step": "map"}
     assert listing["dds"]["parameters"]["n_levels"]["default"] == "chosen among [1, 2] by BIC unless set"
     assert listing["ds"]["python"] == {"pandas": "crowdspark.api.DawidSkene",
                                        "pyspark.ml": "crowdspark.ml.DawidSkeneAggregator"}

@@ -6,8 +6,10 @@ methods that take them the true labels of a third of the gold, and returns every
 method both libraries have, the attributes crowd-kit has must exist in crowdspark's result with the same
 shapes, names, index and column values and types. The labels are compared twice: with each library's defaults
 (the script alone) they agree on at least 99% of the items untied in both posteriors; with crowdspark's
-parameters matched to crowd-kit's (:data:`MATCHED`: crowd-kit's tie rule, Dawid-Skene without smoothing,
-given to crowdspark's constructor only) they are equal on every such item.
+parameters matched to crowd-kit's (:data:`MATCHED`: crowd-kit's tie rule, one-coin without smoothing,
+given to crowdspark's constructor only) they are equal on every such item.  Dawid-Skene takes crowd-kit's
+stopping rule and M-step by default (:data:`crowdspark.faces.CROWDKIT_DEFAULTS`): its fitted values are
+crowd-kit's.
 
 crowd-kit 1.4.2's ``predict`` (Wawa, ZeroBasedSkill, MMSR, GoldMajorityVote) needs scikit-learn < 1.6, which
 the ``test`` extra pins; without crowd-kit the test is skipped.
@@ -15,6 +17,7 @@ the ``test`` extra pins; without crowd-kit the test is skipped.
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -57,7 +60,6 @@ ROW_ORDER = ("MACE",)
 CROWDKIT_NAMES = {"GLAD.probas_": "variable", "MACE.probas_": None, "GLAD.priors_": None}
 #: crowdspark's parameters matched to crowd-kit's rules (crowd-kit takes none of these)
 MATCHED = {
-    "DawidSkene": {"smoothing": 1e-10},
     "OneCoinDawidSkene": {"smoothing": 1e-10},
     "Wawa": {"preset": "crowd-kit"},
     "ZeroBasedSkill": {"preset": "crowd-kit"},
@@ -147,6 +149,84 @@ def test_errors_and_priors_hold_crowd_kits_values_for_dawid_skene():
     errors = ours["errors_"].loc[theirs["errors_"].index, theirs["errors_"].columns]
     np.testing.assert_allclose(errors.to_numpy(), theirs["errors_"].to_numpy(), atol=0.02)
     np.testing.assert_allclose(ours["priors_"].to_numpy(), theirs["priors_"].sort_index().to_numpy(), atol=0.02)
+
+
+def fitted_values(model) -> dict:
+    """``probas_``, ``errors_`` and ``priors_`` of a Dawid-Skene fit with text ids, rows and columns sorted."""
+    def text(frame):
+        if isinstance(frame, pd.Series):
+            return frame.rename(index=str).sort_index()
+        index = frame.index.map(lambda key: tuple(map(str, key)) if isinstance(key, tuple) else str(key))
+        return frame.set_axis(index).rename(columns=str).sort_index().sort_index(axis=1)
+
+    return {"probas_": text(model.probas_), "errors_": text(model.errors_), "priors_": text(model.priors_)}
+
+
+def dawid_skene_gap(crowd: str, n_iter: int = 100) -> dict:
+    """crowd-kit's ``DawidSkene(n_iter)`` and the pandas API's on one bundled crowd: their iterations, the items
+    untied in crowd-kit's posterior and the share of them with the same label, and the largest differences of
+    ``probas_``, ``errors_``, ``priors_`` and ``loss_history_``."""
+    from crowdspark.api import DawidSkene
+
+    data = pd.read_csv(DATA / crowd / "labels.csv").rename(columns={"item": "task"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = crowdkit.DawidSkene(n_iter).fit(data)
+        ours = DawidSkene(n_iter).fit(data)
+    expected, got = fitted_values(theirs), fitted_values(ours)
+    untied = np.diff(np.sort(expected["probas_"].to_numpy(), axis=1)[:, -2:], axis=1)[:, 0] > 1e-9
+    same = (ours.labels_.rename(index=str).sort_index().astype(str).to_numpy()
+            == theirs.labels_.rename(index=str).sort_index().astype(str).to_numpy())
+    loss = (np.max(np.abs(np.subtract(ours.loss_history_, theirs.loss_history_)))
+            if len(ours.loss_history_) == len(theirs.loss_history_) else np.inf)
+    return {"crowd-kit iterations": len(theirs.loss_history_), "crowdspark iterations": ours.n_iter_,
+            "untied items": int(untied.sum()), "agreement": float(same[untied].mean()),
+            "probas_": float(np.max(np.abs(got["probas_"].to_numpy() - expected["probas_"].to_numpy()))),
+            "errors_": float(np.max(np.abs(got["errors_"].loc[expected["errors_"].index].to_numpy()
+                                           - expected["errors_"].to_numpy()))),
+            "priors_": float(np.max(np.abs(got["priors_"].to_numpy() - expected["priors_"].to_numpy()))),
+            "loss_history_": float(loss)}
+
+
+#: (crowd, n_iter) of the Dawid-Skene comparison: the suite's four, and every crowd of
+#: ``CROWDSPARK_NOTEBOOK_CROWDS`` when it is set (``all``: the 12 bundled crowds)
+DS_CASES = [("cf", 100), ("bluebird", 100), ("web_search", 100), ("music_genre", 3)]
+if os.environ.get("CROWDSPARK_NOTEBOOK_CROWDS"):
+    from tests.test_notebook_catalogue import crowds
+
+    DS_CASES += [(crowd, 100) for crowd in crowds() if (crowd, 100) not in DS_CASES]
+
+
+@pytest.mark.parametrize("crowd, n_iter", DS_CASES)
+def test_dawid_skene_gives_crowd_kits_fit_by_default(crowd, n_iter):
+    """crowd-kit's stopping rule, its M-step and its tol are the defaults of the pandas API's DawidSkene: the
+    posteriors, error matrices, priors and loss history are crowd-kit's, where its loop stops (cf: after 5
+    iterations, at a fall of its objective) and when it runs out of iterations (music_genre, n_iter=3: the
+    answers are the last E-step's, the matrices the last M-step's)."""
+    gap = dawid_skene_gap(crowd, n_iter)
+    assert gap["crowdspark iterations"] == gap["crowd-kit iterations"], gap
+    assert gap["agreement"] == 1.0, gap
+    assert gap["probas_"] <= 1e-9, gap  # crowd-kit floors its posteriors at 1e-10
+    assert max(gap["errors_"], gap["priors_"], gap["loss_history_"]) <= 1e-8, gap
+
+
+def test_crowd_kits_dawid_skene_defaults_belong_to_the_crowd_kit_class_only():
+    """``Aggregator("ds")``, the command line's and the pyspark.ml face's ds keep ds's own rule; a preset or a
+    given value replaces the class's crowd-kit defaults; models built on ds refuse what they do not have."""
+    from crowdspark.api import Aggregator, DawidSkene, OneCoinDawidSkene
+    from crowdspark.models.registry import build_model
+
+    assert DawidSkene()._algorithm_params() == {"tol": 1e-5, "stop": "crowd-kit", "m_step": "crowd-kit"}
+    assert DawidSkene(tol=1e-3, stop="change")._algorithm_params() == {"tol": 1e-3, "stop": "change",
+                                                                        "m_step": "crowd-kit"}
+    assert Aggregator("ds")._algorithm_params() == {}
+    assert OneCoinDawidSkene(preset="crowd-kit")._algorithm_params() == {"preset": "crowd-kit"}
+    ds = build_model("ds", {}, n_workers=2, n_classes=2, seed=0)
+    assert (ds.stop, ds.m_step, ds.tol) == ("change", "map", 1e-6)
+    with pytest.raises(ConfigError, match=r"ads.stop must be one of \['change'\], but got 'crowd-kit'"):
+        build_model("ads", {"stop": "crowd-kit"}, n_workers=2, n_classes=2, seed=0)
+    with pytest.raises(ConfigError, match=r"one-coin.m_step must be one of \['map'\], but got 'crowd-kit'"):
+        build_model("one-coin", {"m_step": "crowd-kit"}, n_workers=2, n_classes=2, seed=0)
 
 
 def test_one_coins_crowd_kit_preset_stops_where_crowd_kit_stops_with_its_answers():
@@ -332,3 +412,19 @@ def test_initial_error_addition_starts_from_crowd_kits_first_m_step():
     assigned = DawidSkene(initial_error_strategy="assign").fit(data, initial_error=first.errors_)
     assert added.summary_["warm_start"]["workers_known"] == data["worker"].nunique()
     pd.testing.assert_series_equal(added.labels_, assigned.labels_)
+
+
+def main() -> None:
+    """Print the Dawid-Skene comparison (:func:`dawid_skene_gap`) on every crowd of ``DS_CASES`` (markdown)."""
+    rows = {crowd: dawid_skene_gap(crowd, n_iter) for crowd, n_iter in DS_CASES if n_iter == 100}
+    columns = list(next(iter(rows.values())))
+    print("| crowd | " + " | ".join(columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
+    for crowd, row in sorted(rows.items()):
+        cells = [f"{100 * v:.2f}" if k == "agreement" else f"{v:.1e}" if isinstance(v, float) else str(v)
+                 for k, v in row.items()]
+        print(f"| {crowd} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()

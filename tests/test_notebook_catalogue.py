@@ -5,8 +5,9 @@
 attributes, ``true_labels`` and ``initial_error``, and the four metric functions, on the 12 bundled crowds.  It
 runs three times, in subprocesses: as it is (crowd-kit 1.4.2), with its import lines replaced by ``from
 crowdspark.api import ...`` (:func:`crowdspark_text`, nothing else changed), and so again with crowd-kit's tie
-rule and estimates (:data:`MATCHED`: the models' ``crowd-kit`` preset, Dawid-Skene without smoothing, given
-through the notebook's ``NOTEBOOK_PARAMS``).  Agreement is the share of the items untied in both posteriors
+rule and estimates (:data:`MATCHED`: the models' ``crowd-kit`` preset, given through the notebook's
+``NOTEBOOK_PARAMS``; ``DawidSkene`` takes crowd-kit's stopping rule and M-step by default,
+:data:`crowdspark.faces.CROWDKIT_DEFAULTS`).  Agreement is the share of the items untied in both posteriors
 on which the labels are equal (docs/catalogue.md, "A crowd-kit notebook").
 
 The suite runs it on two small crowds (bluebird and temp: a few seconds of crowd-kit); set
@@ -35,7 +36,6 @@ NOTEBOOK = Path(__file__).parent / "notebooks" / "crowdkit_catalogue.py"
 ROOT = Path(__file__).resolve().parents[1]
 #: crowdspark's parameters matched to crowd-kit's tie rule and estimates (crowd-kit takes none of these)
 MATCHED = {
-    "DawidSkene": {"smoothing": 1e-10},
     "OneCoinDawidSkene": {"preset": "crowd-kit"},
     "Wawa": {"preset": "crowd-kit"},
     "ZeroBasedSkill": {"preset": "crowd-kit"},
@@ -150,18 +150,8 @@ def test_the_notebook_runs_with_crowdsparks_imports_and_gives_crowd_kits_results
     assert int(table(theirs, ours).notna().sum().sum()) == ran
 
 
-#: crowd-kit's DawidSkene stops at the first iteration whose objective (its ELBO per label) rises by less than
-#: its tol, 1e-5, or falls, and answers with that iteration's E-step; crowdspark's ds has only the test on the
-#: change of the log posterior (one-coin has crowd-kit's rule, ``stop="crowd-kit"``, ds has not): on cf,
-#: music_genre, bluebird, web_search_filtered, sp, web_search and product the fits stop elsewhere (93.67%, 98.29%,
-#: 99.07%, 99.62%, 99.92%, 99.89%, 99.99% agreement). That rule on ds
-#: (one-coin's ``crowdkit_objective``) gives 100% on music_genre and 99.33% on cf (docs/catalogue.md)
-DS_STOP = pytest.mark.xfail(strict=True, reason="crowdspark's ds has no crowd-kit stopping rule: 93.67% on cf, "
-                                               "98.29% on music_genre, 99.07% on bluebird")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [pytest.param(n, marks=DS_STOP) if n == "DawidSkene" else n for n in sorted(TARGETS)])
+@pytest.mark.parametrize("name", sorted(TARGETS))
 def test_with_crowd_kits_tie_rule_the_labels_are_crowd_kits_on_untied_items(results, name):
     agreements = table(results["crowd-kit"], results["matched"])[name].dropna()
     ran = sum(name in results["crowd-kit"][crowd]["models"] for crowd in results["crowd-kit"])

@@ -73,8 +73,8 @@ def test_bad_parameters_are_config_errors(key, value, message):
 
 def test_the_crowd_kit_preset_drops_the_smoothing_and_yields_to_explicit_values():
     preset = build_model("one-coin", {"preset": "crowd-kit"}, 3, 2, 0)
-    assert (preset.smoothing, preset.tol, preset.stop, preset.schedule.stop) == (1e-10, 1e-5, "crowd-kit", "rise")
-    assert build_model("one-coin", {}, 3, 2, 0).schedule.stop == "change"
+    assert (preset.smoothing, preset.tol, preset.stop) == (1e-10, 1e-5, "crowd-kit")
+    assert build_model("one-coin", {}, 3, 2, 0).stop == "change"
     assert build_model("one-coin", {"preset": "crowd-kit", "smoothing": 2.0}, 3, 2, 0).smoothing == 2.0
     assert build_model("one-coin", {}, 3, 2, 0).smoothing == 0.5
 

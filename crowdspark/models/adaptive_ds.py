@@ -172,6 +172,8 @@ class AdaptiveDawidSkene(DawidSkene):
     holdout_iter : int
         Sweeps of the folds' fits, started from the fit on all labels (at least 2: the held-out likelihood is
         scored at the last sweep's E-step, whose parameters the previous sweep fitted without the fold).
+    stop, m_step : str
+        ``"change"`` and ``"map"`` only (crowd-kit's rule and M-step are ``ds``'s options).
     """
 
     criterion: str = "aic"
@@ -189,6 +191,8 @@ class AdaptiveDawidSkene(DawidSkene):
     shared_params: ClassVar[tuple[str, ...]] = ("log_alpha", "structure")
     param_domains: ClassVar[dict[str, tuple[str, str]]] = {
         "log_pi": ("log_simplex", "K*CC"), "log_alpha": ("log_simplex", "*C"), "structure": ("index", "*")}
+    stop_rules: ClassVar[tuple[str, ...]] = ("change",)
+    m_steps: ClassVar[tuple[str, ...]] = ("map",)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -22,18 +22,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from crowdspark.models.base import Preset, Schedule, Update
-from crowdspark.models.dawid_skene import DawidSkene
+from crowdspark.models.base import Preset, Update
 from crowdspark.models.common import normalize_rows, one_coin_confusion
+from crowdspark.models.dawid_skene import DawidSkene, crowdkit_objective  # noqa: F401 (re-exported)
 from crowdspark.stats import Stats
-from crowdspark.validation import check_choice
 
 __all__ = ["OneCoinDawidSkene", "crowdkit_objective", "one_coin_accuracy", "one_coin_log_pi", "one_coin_m_step"]
-
-#: the stopping rules of ``one-coin.stop``
-STOP_RULES = ("change", "crowd-kit")
-#: crowd-kit's floor of its probabilities (``_EPS`` of its Dawid-Skene module)
-CROWDKIT_EPS = 1e-10
 
 
 def one_coin_accuracy(confusion: np.ndarray, smoothing: float) -> np.ndarray:
@@ -109,9 +103,9 @@ class OneCoinDawidSkene(DawidSkene):
         The convergence test.  ``"change"``: the objective (the log posterior per label) moves by less than
         ``tol``.  ``"crowd-kit"``: crowd-kit's, set by the ``crowd-kit`` preset: stop at the first iteration
         where crowd-kit's objective rises by less than ``tol`` or falls, and answer with that iteration's E-step.
+    m_step : {"map"}
+        The one-coin M-step above (the ``crowd-kit`` preset takes crowd-kit's estimates with ``smoothing=1e-10``).
     """
-
-    stop: str = "change"
 
     name: ClassVar[str] = "one-coin"
     title: ClassVar[str] = "one-coin Dawid-Skene"
@@ -120,13 +114,7 @@ class OneCoinDawidSkene(DawidSkene):
         "one accuracy per worker, errors spread uniformly over the other classes; MAP EM from majority vote"
     )
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choice(f"{self.name}.stop", self.stop, STOP_RULES)
-
-    @property
-    def schedule(self) -> Schedule:
-        return replace(super().schedule, stop="rise" if self.stop == "crowd-kit" else "change")
+    m_steps: ClassVar[tuple[str, ...]] = ("map",)
 
     def init_params(self, stats: Stats) -> dict[str, Any]:
         params = one_coin_m_step(stats["confusion"], stats["classes"], self.smoothing)
@@ -138,11 +126,7 @@ class OneCoinDawidSkene(DawidSkene):
         accuracy = np.exp(np.diagonal(params["log_pi"], axis1=1, axis2=2)[:, 0])
         log_prior = one_coin_log_prior(accuracy, params["log_alpha"], s)
         objective = float((stats["log_evidence"] + log_prior) / params["n_labels"])
-        new = one_coin_m_step(stats["confusion"], stats["classes"], s)
-        new["n_labels"] = params["n_labels"]
-        if self.stop == "crowd-kit":
-            objective = crowdkit_objective(stats, params, new)
-        return Update(params=new, objective=objective)
+        return self._update(stats, params, one_coin_m_step(stats["confusion"], stats["classes"], s), objective, sweep)
 
     def worker_table(self, params: Any, init_stats: Stats) -> dict[str, np.ndarray]:
         table = super().worker_table(params, init_stats)
@@ -152,33 +136,6 @@ class OneCoinDawidSkene(DawidSkene):
     def worker_start(self, confusion: np.ndarray, accuracy: np.ndarray) -> dict[str, np.ndarray]:
         """``log_pi`` from the table's accuracies (the one-coin matrix of each)."""
         return {"log_pi": one_coin_log_pi(np.asarray(accuracy, dtype=np.float64), self.n_classes)}
-
-
-def crowdkit_objective(stats: Stats, old: dict[str, Any], new: dict[str, Any]) -> float:
-    """crowd-kit's objective after a sweep (its ``_evidence_lower_bound`` over the number of labels): the
-    expected log-likelihood of the labels and the log class proportions under the sweep's posteriors ``q``,
-    with the new parameters, where every label (not every item) adds its item's log proportions, plus the
-    entropy of ``q``.
-
-    ``q`` is the posterior under the ``old`` parameters, so its entropy is ``log p(L | old)`` less the
-    expected complete log-likelihood under ``old``: everything comes from the sweep's summed statistics.
-
-    Parameters
-    ----------
-    stats : Stats
-        The sweep's ``confusion`` (K, C, C), ``classes`` (C,) and ``log_evidence`` (scalar).
-    old, new : dict
-        ``log_pi`` (K, C, C) and ``log_alpha`` (C,) before and after the sweep's M-step; ``n_labels``.
-
-    Returns
-    -------
-    float
-    """
-    confusion, floor = stats["confusion"], np.log(CROWDKIT_EPS)  # crowd-kit clips its probabilities at 1e-10
-    entropy = stats["log_evidence"] - np.sum(confusion * old["log_pi"]) - stats["classes"] @ old["log_alpha"]
-    expected = (np.sum(confusion * np.maximum(new["log_pi"], floor))
-                + confusion.sum(axis=(0, 2)) @ np.maximum(new["log_alpha"], floor))
-    return float((expected + entropy) / old["n_labels"])
 
 
 def crowdkit_estimates(model: OneCoinDawidSkene) -> OneCoinDawidSkene:
