@@ -126,7 +126,7 @@ def test_bad_parameters_are_config_errors(name, params, message):
 @pytest.mark.slow
 @pytest.mark.parametrize("name, params", [("ebcc", {"n_restarts": 3, "n_subtypes": 4, "max_iter": 10}), ("bwa", {})])
 def test_the_spark_engine_gives_the_local_answer(spark, name, params):
-    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.engine.spark.engine import SparkEngine
 
     blocks, enc = load_dataset("temp", 500)
     model = build_model(name, params, enc.n_workers, enc.n_classes, 7)

@@ -134,7 +134,7 @@ def test_fold_statistics_are_additive_and_equal_a_direct_computation():
 @pytest.mark.spark
 @pytest.mark.slow
 def test_spark_engine_makes_the_local_choice_with_the_same_heldout_likelihood(spark):
-    from crowdspark.engine.spark import SparkEngine
+    from crowdspark.engine.spark.engine import SparkEngine
 
     blocks, enc = issue_crowd(n_items=600, max_labels=900)
     model = AdaptiveDawidSkene(enc.n_workers, enc.n_classes, seed=1, max_iter=20, criterion="heldout")
