@@ -142,15 +142,6 @@ def test_one_script_gives_crowd_kits_shapes_names_and_labels(name):
     assert agreement(theirs, matched) == 1.0
 
 
-def test_errors_and_priors_hold_crowd_kits_values_for_dawid_skene():
-    """With matched parameters the fitted error matrices and priors are crowd-kit's, within EM's tolerance."""
-    theirs = run("crowdkit.aggregation", "DawidSkene", {})
-    ours = run("crowdspark.api", "DawidSkene", {**MATCHED["DawidSkene"], "tol": 1e-10, "n_iter": 500})
-    errors = ours["errors_"].loc[theirs["errors_"].index, theirs["errors_"].columns]
-    np.testing.assert_allclose(errors.to_numpy(), theirs["errors_"].to_numpy(), atol=0.02)
-    np.testing.assert_allclose(ours["priors_"].to_numpy(), theirs["priors_"].sort_index().to_numpy(), atol=0.02)
-
-
 def fitted_values(model) -> dict:
     """``probas_``, ``errors_`` and ``priors_`` of a Dawid-Skene fit with text ids, rows and columns sorted."""
     def text(frame):
