@@ -195,7 +195,7 @@ def test_parquet_integer_ids_json_folder_and_glob_read_alike(run, tmp_path):
         (["ds.max_iter=0"], r"ds.max_iter must be an integer >= 1, but got 0"),
         (["ds.tol=-1"], r"ds.tol must be a number >= 0, but got -1"),
         (["ds.smoothing=0"], r"ds.smoothing must be a number > 0, but got 0"),
-        (["ds.maxiter=3"], r"unknown parameter\(s\) ds.maxiter for algorithm 'ds'; known: max_iter, smoothing, tol"),
+        (["ds.maxiter=3"], r"unknown parameter\(s\) ds.maxiter for algorithm 'ds'; known: m_step, max_iter, smoothing, stop, tol"),
         (["spark.partitions=-1"], r"spark.partitions must be an integer >= 0, but got -1"),
         (["output.format=xml"], r"output.format must be one of \['parquet', 'csv'\], but got 'xml'"),
         (["spark.cache_input=yes"], r"spark.cache_input must be one of \['auto', 'on', 'off'\], but got 'yes'"),

@@ -279,7 +279,7 @@ def merge_summaries(summaries: list[PartitionSummary]) -> MergedSummary:
 
     built = [s for s in summaries if s.built]
     workers = [s.workers for s in built]
-    merged = _sorted_unique(pa.chunked_array(workers, type=pa.string())) if workers else pa.array([], pa.string())
+    merged = (_sorted_unique(pa.chunked_array([w.cast(pa.string()) for w in workers], type=pa.string())) if workers else pa.array([], pa.string()))
     firsts = [s.first_item for s in built if s.first_item is not None]
     return MergedSummary(
         rows=sum(s.rows for s in summaries),
