@@ -17,7 +17,7 @@ import pandas as pd
 from crowdspark.config import GoldConfig
 from crowdspark.errors import CrowdsparkError
 from crowdspark.io.pandas_reader import prepare_gold, read_frame
-from crowdspark.models.common import one_coin_confusion
+from crowdspark.models.base import worker_confusion
 from crowdspark.report.tables import item_batches, item_columns, read_queue, read_summary, read_workers, table_format
 from crowdspark.rng import item_keys
 
@@ -324,11 +324,13 @@ def _changes(run_dir: str, fmt: str, previous: str, workers: pd.DataFrame | None
 
 
 def worker_matrices(workers: pd.DataFrame, n_classes: int) -> np.ndarray:
-    """Each worker's confusion matrix, shape (K, C, C): ``confusion``, or for models that give a worker one
-    number, the one-coin matrix of its ``accuracy`` (``accuracy`` on the diagonal, the rest spread evenly)."""
+    """Each worker's confusion matrix, shape (K, C, C), by the pipeline's rule
+    (:func:`crowdspark.models.base.worker_confusion`) from a ``workers/`` table read back, whose ``confusion``
+    cells are nested lists."""
     if "confusion" in workers:
-        return np.stack([np.stack([np.asarray(row, dtype=float) for row in m]) for m in workers["confusion"]])
-    return one_coin_confusion(workers["accuracy"].to_numpy(dtype=float), n_classes)
+        return worker_confusion({"confusion": np.stack([np.stack([np.asarray(row, dtype=float) for row in m])
+                                                        for m in workers["confusion"]])}, n_classes)
+    return worker_confusion({"accuracy": workers["accuracy"].to_numpy(dtype=float)}, n_classes)
 
 
 def flag_columns(workers: pd.DataFrame) -> list[str]:
