@@ -15,9 +15,10 @@ from crowdspark.models.common import normalize_rows, one_coin_confusion
 from crowdspark.models.one_coin import one_coin_accuracy
 from crowdspark.models.registry import build_model
 from crowdspark.models.shrinkage import effective_worker_params, empirical_strength, shrunk_m_step
-from tests.helpers import fitted_answers, load_dataset
+from tests.helpers import load_dataset
 from tests.test_adaptive import sparse_crowd
 from tests.test_catalogue_simple import run
+from tests.test_ebcc_bwa import assert_spark_gives_local_answer
 
 
 def _counts(pi: np.ndarray, per_row: int, seed: int) -> np.ndarray:
@@ -105,16 +106,6 @@ def test_a_bad_shrinkage_is_a_config_error():
 @pytest.mark.spark
 @pytest.mark.slow
 def test_the_spark_engine_gives_the_local_answer(spark):
-    from crowdspark.engine.spark.engine import SparkEngine
-
     blocks, enc = load_dataset("temp", 500)
     model = AdaptiveDawidSkene(enc.n_workers, enc.n_classes, seed=7, shrinkage="empirical-bayes", max_iter=20)
-    local, _, labels, posterior = fitted_answers(model, blocks)
-    engine = SparkEngine(spark.sparkContext.parallelize(blocks, 3))
-    try:
-        remote, _, remote_labels, remote_posterior = fitted_answers(model, blocks, engine)
-    finally:
-        engine.close()
-    assert len(remote.history) == len(local.history) > 1
-    np.testing.assert_array_equal(remote_labels, labels)
-    np.testing.assert_allclose(remote_posterior, posterior, rtol=0, atol=1e-9)
+    assert_spark_gives_local_answer(spark, model, blocks)
