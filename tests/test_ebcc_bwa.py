@@ -126,10 +126,15 @@ def test_bad_parameters_are_config_errors(name, params, message):
 @pytest.mark.slow
 @pytest.mark.parametrize("name, params", [("ebcc", {"n_restarts": 3, "n_subtypes": 4, "max_iter": 10}), ("bwa", {})])
 def test_the_spark_engine_gives_the_local_answer(spark, name, params):
+    blocks, enc = load_dataset("temp", 500)
+    assert_spark_gives_local_answer(spark, build_model(name, params, enc.n_workers, enc.n_classes, 7), blocks)
+
+
+def assert_spark_gives_local_answer(spark, model, blocks) -> None:
+    """The fit of ``model`` on the Spark engine over ``blocks`` in 3 partitions has the local fit's sweeps, labels
+    and posteriors."""
     from crowdspark.engine.spark.engine import SparkEngine
 
-    blocks, enc = load_dataset("temp", 500)
-    model = build_model(name, params, enc.n_workers, enc.n_classes, 7)
     local, _, labels, posterior = fitted_answers(model, blocks)
     engine = SparkEngine(spark.sparkContext.parallelize(blocks, 3))
     try:

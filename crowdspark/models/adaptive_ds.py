@@ -29,6 +29,11 @@ The structure is chosen by ``criterion``:
   (:func:`~crowdspark.models.holdout.one_se_choice`).  The all-labels parameters are left as they were: no
   refit is needed.
 
+With ``shrinkage = "empirical-bayes"`` the full structure's matrices are shrunk towards each worker's one-coin
+matrix by a Dirichlet prior whose strength per true class is learned from the crowd
+(:mod:`crowdspark.models.shrinkage`): a worker with few labels keeps close to one accuracy, a prolific one its
+own matrix; AIC and BIC then charge the shrunk matrices their effective number of parameters.
+
 A candidate structure is one entry of :data:`CANDIDATES` (its M-step from expected counts and its number of
 free parameters); the E-step, the folds and the choice are written once for all of them.
 
@@ -60,6 +65,7 @@ from crowdspark.models.base import Schedule
 from crowdspark.models.dawid_skene import DawidSkene, ds_e_step, ds_m_step
 from crowdspark.models.holdout import fold_stats, one_se_choice
 from crowdspark.models.one_coin import one_coin_log_pi, one_coin_log_prior, one_coin_m_step
+from crowdspark.models.shrinkage import effective_worker_params, shrunk_m_step
 from crowdspark.stats import Stats
 from crowdspark.validation import check_choice, check_int
 
@@ -93,6 +99,7 @@ STRUCTURES = tuple(CANDIDATES)
 #: the candidates from the fewest parameters per worker to the most (the one-standard-error rule's order)
 SIMPLEST_FIRST = np.argsort([cand.n_worker_params(3) for cand in CANDIDATES.values()], kind="stable")
 CRITERIA = ("aic", "bic", "heldout")
+SHRINKAGES = ("none", "empirical-bayes")
 
 
 def n_free_params(n_workers: int, n_classes: int) -> np.ndarray:
@@ -174,12 +181,16 @@ class AdaptiveDawidSkene(DawidSkene):
         scored at the last sweep's E-step, whose parameters the previous sweep fitted without the fold).
     stop, m_step : str
         ``"change"`` and ``"map"`` only (crowd-kit's rule and M-step are ``ds``'s options).
+    shrinkage : str
+        ``"none"``, or ``"empirical-bayes"``: the full matrices shrunk towards each worker's one-coin matrix,
+        the strength per class learned from the crowd (a worker with few labels stays near one accuracy).
     """
 
     criterion: str = "aic"
     structure: str = "auto"
     folds: int = 5
     holdout_iter: int = 5
+    shrinkage: str = "none"
 
     name: ClassVar[str] = "ads"
     title: ClassVar[str] = "adaptive Dawid-Skene"
@@ -200,6 +211,7 @@ class AdaptiveDawidSkene(DawidSkene):
         check_choice("ads.structure", self.structure, ["auto", *STRUCTURES])
         check_int("ads.folds", self.folds, minimum=2, maximum=20)
         check_int("ads.holdout_iter", self.holdout_iter, minimum=2)
+        check_choice("ads.shrinkage", self.shrinkage, list(SHRINKAGES))
 
     @property
     def schedule(self) -> Schedule:
@@ -211,8 +223,26 @@ class AdaptiveDawidSkene(DawidSkene):
         """Whether a cold run of this configuration chooses the structure by held-out likelihood."""
         return self.criterion == "heldout" and self.structure == "auto"
 
-    def _m_step(self, stats: Stats) -> dict[str, np.ndarray]:
-        return candidates_m_step(stats["confusion"], stats["classes"], self.smoothing)
+    def _m_step(self, stats: Stats) -> dict[str, Any]:
+        return self._fit_structures(stats["confusion"], stats["classes"])
+
+    def _fit_structures(self, confusion: np.ndarray, classes: np.ndarray) -> dict[str, Any]:
+        """Every structure's M-step, ``log_pi`` (K, M, C, C) and ``log_alpha`` (M, C); with shrinkage, the full
+        structure's matrices shrunk, its strength ``A`` (C,) and its effective worker parameters (a float)."""
+        fits: dict[str, Any] = candidates_m_step(confusion, classes, self.smoothing)
+        if self.shrinkage == "empirical-bayes":
+            shrunk = shrunk_m_step(confusion[:, 0], classes[0], self.smoothing)
+            fits["log_pi"][:, 0] = shrunk["log_pi"]
+            fits["strength"] = shrunk["strength"]
+            fits["worker_params"] = effective_worker_params(confusion[:, 0], shrunk["strength"])
+        return fits
+
+    def _n_params(self, params: Any) -> np.ndarray:
+        """``d[m]``, shape (M,): the shrunk full structure counts its effective parameters."""
+        n_params = n_free_params(self.n_workers, self.n_classes)
+        if "worker_params" in params:
+            n_params[0] = params["worker_params"] + self.n_classes - 1
+        return n_params
 
     def _fixed_structure(self) -> np.ndarray:
         """The configured structure's index, shape (1,), or -1 for ``"auto"``."""
@@ -266,8 +296,7 @@ class AdaptiveDawidSkene(DawidSkene):
         if params["kept"]:
             return params["structure"]
         criterion = "aic" if self.criterion == "heldout" else self.criterion
-        scores = structure_scores(log_lik, n_free_params(self.n_workers, self.n_classes), params["n_labels"],
-                                  criterion)
+        scores = structure_scores(log_lik, self._n_params(params), params["n_labels"], criterion)
         return np.array([int(np.argmin(scores))], dtype=np.int64)
 
     def global_step(self, stats: Stats, params: Any, sweep: int) -> Update:
@@ -306,7 +335,7 @@ class AdaptiveDawidSkene(DawidSkene):
     def _heldout_step(self, stats: Stats, params: Any) -> Update:
         """A sweep of the held-out stage: every fold's M-step, the held-out log-likelihood of the E-step's
         parameters and the structure it chooses; the all-labels parameters stay as they are."""
-        fits = [candidates_m_step(stats["fold_confusion"][:, f], stats["fold_classes"][f], self.smoothing)
+        fits = [self._fit_structures(stats["fold_confusion"][:, f], stats["fold_classes"][f])
                 for f in range(self.folds)]
         heldout = np.asarray(stats["heldout"], dtype=np.float64)
         new = dict(params)
@@ -374,7 +403,7 @@ class AdaptiveDawidSkene(DawidSkene):
     def summary(self, params: Any) -> dict[str, Any]:
         m = int(params["structure"][0])
         log_lik = np.asarray(params["log_lik"], dtype=np.float64)
-        n_params = n_free_params(self.n_workers, self.n_classes)
+        n_params = self._n_params(params)
         heldout = params.get("heldout")
         if self.criterion == "heldout":
             # lower is better, as the information criteria: minus the held-out log-likelihood
@@ -393,6 +422,9 @@ class AdaptiveDawidSkene(DawidSkene):
             "n_params": dict(zip(STRUCTURES, n_params.tolist())),
             "score": dict(zip(STRUCTURES, scores.tolist())),
         }
+        if "strength" in params:
+            selection["shrinkage"] = {"method": self.shrinkage,
+                                      "strength": np.asarray(params["strength"], dtype=np.float64).tolist()}
         if heldout is not None:
             selection["heldout"] = {
                 "folds": self.folds,
