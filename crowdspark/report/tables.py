@@ -17,9 +17,10 @@ from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.paths import is_local, strip_file_scheme
 from crowdspark.io.runs import read_latest
 
-__all__ = ["resolve_run_dir", "read_summary", "table_format", "read_workers", "item_columns", "item_batches", "read_queue"]
+__all__ = ["resolve_run_dir", "read_summary", "table_format", "read_workers", "item_columns", "item_batches",
+           "item_record_batches", "read_queue", "read_label_columns", "positions"]
 
-_BATCH_ROWS = 1 << 18
+_BATCH_ROWS = 1 << 20
 _ID_COLUMNS = ("item", "worker", "label")
 
 
@@ -111,17 +112,36 @@ def item_columns(run_dir: str, fmt: str) -> tuple[list[str], list[str]]:
     return list(schema.names), numeric
 
 
+def _csv_chunks(path: str, columns: Sequence[str]) -> Iterator[pd.DataFrame]:
+    dtypes = {c: str for c in ("item", "label") if c in columns}
+    for name in sorted(f for f in os.listdir(path) if f.endswith(".csv")):
+        yield from pd.read_csv(os.path.join(path, name), usecols=list(columns), dtype=dtypes, chunksize=_BATCH_ROWS)
+
+
 def item_batches(run_dir: str, fmt: str, columns: Sequence[str]) -> Iterator[pd.DataFrame]:
     """``items/``'s ``columns``, one batch of rows at a time (``item`` and ``label`` as strings)."""
     path = os.path.join(run_dir, "items")
     if fmt == "csv":
-        dtypes = {c: str for c in ("item", "label") if c in columns}
-        for name in sorted(f for f in os.listdir(path) if f.endswith(".csv")):
-            yield from pd.read_csv(os.path.join(path, name), usecols=list(columns), dtype=dtypes,
-                                   chunksize=_BATCH_ROWS)
+        yield from _csv_chunks(path, columns)
         return
     for batch in _parquet_dataset(path).to_batches(columns=list(columns), batch_size=_BATCH_ROWS):
         yield batch.to_pandas()
+
+
+def item_record_batches(run_dir: str, fmt: str, columns: Sequence[str]) -> Iterator[Any]:
+    """``items/``'s ``columns``, one ``pyarrow.RecordBatch`` at a time, in the order of ``columns`` (``item`` and
+    ``label`` as strings): what :func:`item_batches` reads, without making pandas objects of the strings."""
+    import pyarrow as pa
+
+    path = os.path.join(run_dir, "items")
+    if fmt == "csv":
+        for chunk in _csv_chunks(path, columns):
+            yield pa.RecordBatch.from_pandas(chunk[list(columns)], preserve_index=False)
+        return
+    for batch in _parquet_dataset(path).to_batches(columns=list(columns), batch_size=_BATCH_ROWS):
+        if batch.num_rows:
+            yield batch.cast(pa.schema([(f.name, pa.string()) if f.name in ("item", "label") else f
+                                        for f in batch.schema]))
 
 
 def read_queue(path: str, fmt: str, rows: int) -> pd.DataFrame | None:
@@ -141,3 +161,78 @@ def read_queue(path: str, fmt: str, rows: int) -> pd.DataFrame | None:
             return dataset.head(rows).to_pandas()
         frame = dataset.to_table(filter=ds.field("rank") <= rows).to_pandas()
     return frame.sort_values("rank").head(rows) if "rank" in frame else frame.head(rows)
+
+
+def read_label_columns(path: str, fmt: str, columns: dict[str, str]) -> dict[str, list[Any]]:
+    """The canonical text of the labels file's ``columns`` (role -> column name), as the run reads it: for each
+    role, its chunks (Arrow string arrays, or dictionary arrays of strings: Parquet's dictionaries, read without
+    a string per cell).
+
+    Raises
+    ------
+    InputError
+        For a path that cannot be read as labels (:func:`crowdspark.io.pandas_reader.read_frame`'s messages).
+    """
+    import pyarrow as pa
+
+    from crowdspark.io.cells import canonical_arrow, canonical_text
+    from crowdspark.io.pandas_reader import read_frame
+    from crowdspark.io.paths import infer_format, resolve_local_paths
+
+    files = resolve_local_paths(path, "labels")
+    if fmt == "auto":
+        fmt = infer_format(path, files, "labels")
+    if fmt != "parquet":
+        frame = read_frame(path, fmt, "labels", dictionary=tuple(columns.values()))
+        return {role: [canonical_text(frame[column], "labels", path, column)] for role, column in columns.items()}
+    import pyarrow.parquet as pq
+
+    table = pq.ParquetDataset(files, read_dictionary=list(columns.values())).read(columns=list(columns.values()))
+    out = {}
+    for role, column in columns.items():
+        chunks = []
+        for chunk in table.column(column).chunks:
+            text = chunk if pa.types.is_dictionary(chunk.type) else chunk.dictionary_encode()
+            if not pa.types.is_string(text.type.value_type):
+                text = text.dictionary_decode() if pa.types.is_dictionary(text.type) else text
+                text = canonical_arrow(text, "labels", path, column).dictionary_encode()
+            chunks.append(text)
+        out[role] = chunks
+    return out
+
+
+def positions(chunks: list[Any], values: Any) -> Any:
+    """For each row of ``chunks`` (Arrow string or dictionary arrays), the position of its text in ``values``
+    (an Arrow string array of distinct values), -1 where it is not there; ndarray of int64, shape (n,).
+
+    The distinct dictionaries of the chunks (the chunks of one Parquet row group share theirs) are looked up in
+    one call, so the hash table of ``values`` is built once."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def key(chunk: Any) -> tuple[int, ...]:
+        if not pa.types.is_dictionary(chunk.type):
+            return (id(chunk),)
+        return (*(b.address if b is not None else 0 for b in chunk.dictionary.buffers()), chunk.dictionary.offset,
+                len(chunk.dictionary))
+
+    distinct: dict[tuple[int, ...], Any] = {}
+    for chunk in chunks:
+        distinct.setdefault(key(chunk), chunk.dictionary if pa.types.is_dictionary(chunk.type) else chunk)
+    if not distinct:
+        return np.zeros(0, dtype=np.int64)
+    found = pc.index_in(pa.chunked_array(list(distinct.values()), type=pa.string()), value_set=values)
+    found = np.asarray(found.fill_null(-1).to_numpy(), dtype=np.int64)
+    where, start = {}, 0
+    for k, dictionary in distinct.items():
+        where[k] = found[start:start + len(dictionary)]
+        start += len(dictionary)
+    out = []
+    for chunk in chunks:
+        local = where[key(chunk)]
+        if pa.types.is_dictionary(chunk.type):
+            index = np.asarray(chunk.indices.fill_null(-1).to_numpy(), dtype=np.int64)
+            local = np.where(index >= 0, local[np.maximum(index, 0)], -1) if len(local) else np.full(len(index), -1)
+        out.append(local)
+    return np.concatenate(out)
