@@ -23,7 +23,7 @@ from crowdspark.report.tables import (
     item_batches,
     item_columns,
     item_record_batches,
-    positions,
+    dictionary_positions,
     read_label_columns,
     read_queue,
     read_summary,
@@ -179,31 +179,41 @@ class WorkerGold:
         return int((self.table["gold_labels"] < self.min_labels).sum())
 
 
-def worker_gold(workers: pd.DataFrame, item: list[Any], worker: list[Any], label: list[Any], truth: pd.Series,
-                classes: list[str], min_labels: int = MIN_GOLD_LABELS) -> WorkerGold:
+def worker_gold(workers: pd.DataFrame, labels: list[Any], truth: pd.Series, classes: list[str],
+                min_labels: int = MIN_GOLD_LABELS) -> WorkerGold:
     """Count each worker's labels on the gold items ``truth`` (item -> true class) and the right ones.
 
     Parameters
     ----------
     workers : DataFrame
         ``workers/`` (``worker``, ``n_labels``, ``accuracy``), K rows.
-    item, worker, label : list of Arrow string or dictionary arrays
-        The labels' columns, chunk by chunk (:func:`crowdspark.report.tables.read_label_columns`), n rows in all.
+    labels : list of pyarrow RecordBatch
+        The labels (columns ``item``, ``worker``, ``label``: dictionary arrays of strings;
+        :func:`crowdspark.report.tables.read_label_columns`), counted one batch at a time.
     truth : Series
         Index: item ids; values: their true classes (held-out gold).
     classes : list of str, length C
     """
     import pyarrow as pa
 
-    at = positions(item, pa.array(truth.index.to_numpy(dtype=object), type=pa.string()))
-    on_gold = at >= 0
-    true = _class_codes(pa.array(truth.to_numpy(dtype=object), type=pa.string()), classes)[at[on_gold]]
-    given = positions(label, pa.array(classes, type=pa.string()))[on_gold]
-    who = positions(worker, pa.array(workers["worker"].astype(str).to_numpy(dtype=object), type=pa.string()))[on_gold]
-    kept = who >= 0
+    def lookup(role: str, values: Any) -> Any:
+        return dictionary_positions([b.column(role) for b in labels], pa.array(values, type=pa.string()))
+
+    item_at = lookup("item", truth.index.to_numpy(dtype=object))
+    label_at = lookup("label", classes)
+    worker_at = lookup("worker", workers["worker"].astype(str).to_numpy(dtype=object))
+    true_class = _class_codes(pa.array(truth.to_numpy(dtype=object), type=pa.string()), classes)
     K = len(workers)
-    counted = np.bincount(who[kept], minlength=K)
-    right = np.bincount(who[kept], weights=((given == true) & (given >= 0))[kept], minlength=K)
+    counted, right = np.zeros(K, dtype=np.int64), np.zeros(K, dtype=np.int64)
+    for batch in labels:
+        at = item_at(batch.column("item"))
+        on_gold = at >= 0
+        who = worker_at(batch.column("worker"))[on_gold]
+        given = label_at(batch.column("label"))[on_gold]
+        true = true_class[at[on_gold]]
+        kept = who >= 0
+        counted += np.bincount(who[kept], minlength=K)
+        right += np.bincount(who[kept & (given == true) & (given >= 0)], minlength=K)
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(counted > 0, right / counted, np.nan)
     table = workers[["worker", "n_labels", "accuracy"]].assign(gold_labels=counted, gold_accuracy=share)
@@ -224,10 +234,10 @@ def _worker_gold(summary: dict[str, Any], workers: pd.DataFrame | None, truth: p
         return None, f"the labels {path!r} are not on local disk here, so there is no accuracy on gold per worker"
     columns = {role: config.get(role, role) for role in ("item", "worker", "label")}
     try:
-        chunks = read_label_columns(path, str(config.get("format", "auto")), columns)
+        labels = read_label_columns(path, str(config.get("format", "auto")), columns)
     except (CrowdsparkError, OSError) as exc:
         return None, f"the labels {path!r} could not be read here ({exc}), so there is no accuracy on gold per worker"
-    return worker_gold(workers, chunks["item"], chunks["worker"], chunks["label"], truth, classes), ""
+    return worker_gold(workers, labels, truth, classes), ""
 
 
 @dataclass

@@ -242,9 +242,11 @@ def worker_gold_scatter(drawn: pd.DataFrame) -> Any:
     fig, ax = plt.subplots(figsize=_WIDE)
     ax.plot([0, 1], [0, 1], color="gray", ls="--", label="estimate = accuracy on gold")
     counts = drawn["gold_labels"].to_numpy(dtype=float)
+    low = max(counts.min(), 1.0)
+    scale = LogNorm(vmin=low, vmax=counts.max() if counts.max() > low else 10 * low)  # a decade when all are equal
     points = ax.scatter(drawn["gold_accuracy"].to_numpy(dtype=float), drawn["accuracy"].to_numpy(dtype=float), s=12,
-                        c=counts, cmap="viridis", norm=LogNorm(vmin=max(counts.min(), 1.0), vmax=max(counts.max(), 2.0)),
-                        alpha=0.8, rasterized=True, label=f"workers ({len(drawn):,})")
+                        c=counts, cmap="viridis", norm=scale, alpha=0.8, rasterized=True,
+                        label=f"workers ({len(drawn):,})")
     colour = fig.colorbar(points, ax=ax)
     colour.set_label("labels on gold items")
     _plain_log(colour.ax.yaxis)

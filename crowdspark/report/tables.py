@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pandas as pd
@@ -18,7 +18,7 @@ from crowdspark.io.paths import is_local, strip_file_scheme
 from crowdspark.io.runs import read_latest
 
 __all__ = ["resolve_run_dir", "read_summary", "table_format", "read_workers", "item_columns", "item_batches",
-           "item_record_batches", "read_queue", "read_label_columns", "positions"]
+           "item_record_batches", "read_queue", "read_label_columns", "dictionary_positions"]
 
 _BATCH_ROWS = 1 << 20
 _ID_COLUMNS = ("item", "worker", "label")
@@ -163,10 +163,10 @@ def read_queue(path: str, fmt: str, rows: int) -> pd.DataFrame | None:
     return frame.sort_values("rank").head(rows) if "rank" in frame else frame.head(rows)
 
 
-def read_label_columns(path: str, fmt: str, columns: dict[str, str]) -> dict[str, list[Any]]:
-    """The canonical text of the labels file's ``columns`` (role -> column name), as the run reads it: for each
-    role, its chunks (Arrow string arrays, or dictionary arrays of strings: Parquet's dictionaries, read without
-    a string per cell).
+def read_label_columns(path: str, fmt: str, columns: dict[str, str]) -> list[Any]:
+    """The canonical text of the labels file's ``columns`` (role -> column name), as the run reads it, as Arrow
+    record batches whose columns are the roles, each a dictionary array of strings (Parquet's dictionaries, read
+    without a string per cell).
 
     Raises
     ------
@@ -179,31 +179,30 @@ def read_label_columns(path: str, fmt: str, columns: dict[str, str]) -> dict[str
     from crowdspark.io.pandas_reader import read_frame
     from crowdspark.io.paths import infer_format, resolve_local_paths
 
+    def text(values: Any, column: str) -> Any:
+        values = values if pa.types.is_dictionary(values.type) else values.dictionary_encode()
+        if pa.types.is_string(values.type.value_type):
+            return values
+        return canonical_arrow(values.dictionary_decode(), "labels", path, column).dictionary_encode()
+
     files = resolve_local_paths(path, "labels")
     if fmt == "auto":
         fmt = infer_format(path, files, "labels")
     if fmt != "parquet":
         frame = read_frame(path, fmt, "labels", dictionary=tuple(columns.values()))
-        return {role: [canonical_text(frame[column], "labels", path, column)] for role, column in columns.items()}
+        arrays = [text(canonical_text(frame[column], "labels", path, column), column) for column in columns.values()]
+        return [pa.RecordBatch.from_arrays(arrays, names=list(columns))]
     import pyarrow.parquet as pq
 
     table = pq.ParquetDataset(files, read_dictionary=list(columns.values())).read(columns=list(columns.values()))
-    out = {}
-    for role, column in columns.items():
-        chunks = []
-        for chunk in table.column(column).chunks:
-            text = chunk if pa.types.is_dictionary(chunk.type) else chunk.dictionary_encode()
-            if not pa.types.is_string(text.type.value_type):
-                text = text.dictionary_decode() if pa.types.is_dictionary(text.type) else text
-                text = canonical_arrow(text, "labels", path, column).dictionary_encode()
-            chunks.append(text)
-        out[role] = chunks
-    return out
+    return [pa.RecordBatch.from_arrays([text(batch.column(column), column) for column in columns.values()],
+                                       names=list(columns)) for batch in table.to_batches()]
 
 
-def positions(chunks: list[Any], values: Any) -> Any:
-    """For each row of ``chunks`` (Arrow string or dictionary arrays), the position of its text in ``values``
-    (an Arrow string array of distinct values), -1 where it is not there; ndarray of int64, shape (n,).
+def dictionary_positions(chunks: list[Any], values: Any) -> Callable[[Any], Any]:
+    """A function that gives, for one of ``chunks`` (Arrow dictionary arrays of strings), the position of each
+    row's text in ``values`` (an Arrow string array of distinct values), -1 where it is not there (ndarray of
+    int64, shape (n,)).
 
     The distinct dictionaries of the chunks (the chunks of one Parquet row group share theirs) are looked up in
     one call, so the hash table of ``values`` is built once."""
@@ -212,27 +211,23 @@ def positions(chunks: list[Any], values: Any) -> Any:
     import pyarrow.compute as pc
 
     def key(chunk: Any) -> tuple[int, ...]:
-        if not pa.types.is_dictionary(chunk.type):
-            return (id(chunk),)
-        return (*(b.address if b is not None else 0 for b in chunk.dictionary.buffers()), chunk.dictionary.offset,
-                len(chunk.dictionary))
+        dictionary = chunk.dictionary
+        return (*(b.address if b is not None else 0 for b in dictionary.buffers()), dictionary.offset, len(dictionary))
 
     distinct: dict[tuple[int, ...], Any] = {}
     for chunk in chunks:
-        distinct.setdefault(key(chunk), chunk.dictionary if pa.types.is_dictionary(chunk.type) else chunk)
-    if not distinct:
-        return np.zeros(0, dtype=np.int64)
-    found = pc.index_in(pa.chunked_array(list(distinct.values()), type=pa.string()), value_set=values)
+        distinct.setdefault(key(chunk), chunk.dictionary)
+    found = pc.index_in(pa.chunked_array(list(distinct.values()), type=pa.string()), value_set=values) \
+        if distinct else pa.array([], type=pa.int32())
     found = np.asarray(found.fill_null(-1).to_numpy(), dtype=np.int64)
-    where, start = {}, 0
+    looked_up, start = {}, 0
     for k, dictionary in distinct.items():
-        where[k] = found[start:start + len(dictionary)]
+        looked_up[k] = found[start:start + len(dictionary)]
         start += len(dictionary)
-    out = []
-    for chunk in chunks:
-        local = where[key(chunk)]
-        if pa.types.is_dictionary(chunk.type):
-            index = np.asarray(chunk.indices.fill_null(-1).to_numpy(), dtype=np.int64)
-            local = np.where(index >= 0, local[np.maximum(index, 0)], -1) if len(local) else np.full(len(index), -1)
-        out.append(local)
-    return np.concatenate(out)
+
+    def at(chunk: Any) -> Any:
+        index = np.asarray(chunk.indices.fill_null(-1).to_numpy(), dtype=np.int64)
+        local = looked_up[key(chunk)]
+        return np.where(index >= 0, local[np.maximum(index, 0)], -1) if len(local) else np.full(len(index), -1)
+
+    return at
