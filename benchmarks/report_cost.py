@@ -14,7 +14,9 @@ many ``run_id=`` folders): ``crowdspark report ROOT --history``. Prints one row 
 ``--spark-labels N`` measures the pages side by side with the run they describe: one ``spark-submit --master
 local[2] jobs/aggregate.py`` Dawid-Skene night with gold on the benchmarks' synthetic data of N labels (10 per
 item, 10,000 workers, 5 classes; :func:`benchmarks.common.ds_dataset`), then its report, then the history page
-of ``--history-nights`` copies of it, and the pages' share of the run's wall time.
+of ``--history-nights`` copies of it, and the pages' share of the run's wall time and CPU time (user + system
+of each command's process tree: the wall time of a page on a shared machine is its CPU time stretched by the
+load, while the run also waits on the JVM).
 """
 
 from __future__ import annotations
@@ -71,6 +73,17 @@ def _history_root(night: Path, root: Path, nights: int) -> None:
         shutil.copy(night / "_CROWDSPARK.json", run / "_CROWDSPARK.json")
 
 
+def _measured(command: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system of the command's whole process tree, which the wrapper of
+    :func:`run_measured` waits for) and peak RSS MiB of ``command``."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall, peak, _ = run_measured(command, env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, peak
+
+
 def _spark_side_by_side(labels: int, nights: int) -> None:
     """One spark-submit night of ``labels`` labels, its report and a history of ``nights`` copies of it."""
     path = ds_dataset(None, labels, n_workers=10_000)
@@ -80,18 +93,20 @@ def _spark_side_by_side(labels: int, nights: int) -> None:
         command = [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[2]", "--driver-memory",
                    "8g", str(ROOT / "jobs" / "aggregate.py"), "--labels", path, "--gold", path + "-truth",
                    "--algorithm", "ds", "--quiet", "--output", str(root), "--run-id", "2026-11-01"]
-        run_wall, run_peak, _ = run_measured(command, env)
+        run = _measured(command, env)
         night = root / "run_id=2026-11-01"
-        report_wall, report_peak, _ = run_measured([*_CLI, "report", str(night)], dict(os.environ))
+        report = _measured([*_CLI, "report", str(night)], dict(os.environ))
         history = Path(tmp) / "history"
         _history_root(night, history, nights)
-        history_wall, history_peak, _ = run_measured([*_CLI, "report", str(history), "--history"], dict(os.environ))
-    print(f"| what | wall s | peak RSS MiB |\n|---|---|---|\n"
-          f"| spark-submit --master local[2], ds, {labels:,} labels, gold | {run_wall:.1f} | {run_peak:.0f} |\n"
-          f"| crowdspark report of that night | {report_wall:.1f} | {report_peak:.0f} |\n"
-          f"| crowdspark report --history of {nights} such nights | {history_wall:.1f} | {history_peak:.0f} |")
-    print(f"pages / run, wall: report {report_wall / run_wall:.3f}, history {history_wall / run_wall:.3f}, "
-          f"both {(report_wall + history_wall) / run_wall:.3f}")
+        pages = _measured([*_CLI, "report", str(history), "--history"], dict(os.environ))
+    print("| what | wall s | CPU s | peak RSS MiB |\n|---|---|---|---|")
+    for what, (wall, cpu, peak) in ((f"spark-submit --master local[2], ds, {labels:,} labels, gold", run),
+                                    ("crowdspark report of that night", report),
+                                    (f"crowdspark report --history of {nights} such nights", pages)):
+        print(f"| {what} | {wall:.1f} | {cpu:.1f} | {peak:.0f} |")
+    for unit, k in (("wall", 0), ("CPU", 1)):
+        print(f"pages / run, {unit}: report {report[k] / run[k]:.3f}, history {pages[k] / run[k]:.3f}, "
+              f"both {(report[k] + pages[k]) / run[k]:.3f}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -406,3 +406,73 @@ def test_a_model_that_fitted_one_level_says_so(tmp_path):
     _aggregate(*BLUEBIRD, "--algorithm", "dds", "--set", "dds.n_levels=1", "--output", str(out), "--report")
     levels = _section(_page(out), "levels")
     assert "dds fitted one difficulty level" in levels and "<svg" not in levels
+
+
+def _held_out(truth: pd.DataFrame, fit_fraction: float) -> pd.DataFrame:
+    """The rows of ``truth`` the run's gold split holds out of the fit."""
+    from crowdspark.config import GoldConfig
+    from crowdspark.rng import item_keys
+
+    return truth[~GoldConfig(fit_fraction=fit_fraction).split().in_fit(item_keys(truth["item"].to_numpy()))]
+
+
+@pytest.fixture(scope="module")
+def few(tmp_path_factory) -> Path:
+    """A ds run on bluebird with half its gold in the fit and a worker ``few`` who gave 3 labels on held-out gold
+    items, 2 of them right."""
+    folder = tmp_path_factory.mktemp("few")
+    labels = pd.read_csv(DATA / "bluebird" / "labels.csv", dtype=str)
+    truth = pd.read_csv(DATA / "bluebird" / "truth.csv", dtype=str)
+    held = _held_out(truth, 0.5).head(3)
+    wrong = next(c for c in sorted(truth["truth"].unique()) if c != held["truth"].iloc[2])
+    extra = held.assign(worker="few", label=[held["truth"].iloc[0], held["truth"].iloc[1], wrong])
+    pd.concat([labels, extra[["item", "worker", "label"]]]).to_csv(folder / "labels.csv", index=False)
+    _aggregate("--labels", str(folder / "labels.csv"), *GOLD, "--algorithm", "ds", "--set", "gold.fit_fraction=0.5",
+               "--output", str(folder / "run"), "--report")
+    return folder
+
+
+def test_each_workers_accuracy_on_gold_is_counted_from_the_labels(few):
+    from crowdspark.report.facts import MIN_GOLD_LABELS
+
+    labels = pd.read_csv(few / "labels.csv", dtype=str)
+    truth = pd.read_csv(DATA / "bluebird" / "truth.csv", dtype=str)
+    held = _held_out(truth, 0.5)
+    assert 0 < len(held) < len(truth)
+    scored = labels.merge(held, on="item")
+    expected = scored.assign(right=scored["label"] == scored["truth"]).groupby("worker")["right"].agg(["size", "mean"])
+    facts = collect(str(few / "run"))
+    found = facts.worker_gold.table.set_index("worker").sort_index()
+    assert found.index.tolist() == sorted(expected.index)
+    assert found["gold_labels"].tolist() == expected.loc[found.index, "size"].tolist()
+    assert np.allclose(found["gold_accuracy"], expected.loc[found.index, "mean"])
+    small = expected[expected["size"] < MIN_GOLD_LABELS]
+    assert expected.loc["few", "size"] == 3 and expected.loc["few", "mean"] == pytest.approx(2 / 3)
+    assert facts.worker_gold.left_out == len(small) >= 1 and "few" not in facts.worker_gold.drawn["worker"].tolist()
+    workers = _section(_page(few / "run"), "workers")
+    assert (f"{len(expected) - len(small)} workers with at least {MIN_GOLD_LABELS} labels on held-out gold items "
+            f"drawn; {len(small)} with 1 to {MIN_GOLD_LABELS - 1} left out") in workers
+    assert "estimated accuracy" in workers and "accuracy on held-out gold items" in workers
+
+
+def test_a_report_whose_labels_are_gone_says_why_it_has_no_accuracy_on_gold(few, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(few / "run", run)
+    summary = (run / "summary.json").read_text(encoding="utf-8")
+    (run / "summary.json").write_text(summary.replace(str(few / "labels.csv"), str(tmp_path / "gone.csv")),
+                                      encoding="utf-8")
+    facts = collect(str(run))
+    assert facts.worker_gold is None and "could not be read here" in facts.worker_gold_note
+    assert "could not be read here" in _section(build_report(str(run)), "workers")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (Debian: apt-get install -y "
+                                                 "chromium); the report's browser test needs it")
+def test_chromium_draws_the_scatter_against_gold_accuracy(few, tmp_path):
+    page = few / "run" / REPORT_FILE
+    assert _open_in_chromium(page, tmp_path / "few.png") == ""
+    dom = _dom(page)
+    workers = _section(dom, "workers")
+    captions = re.findall(r"<figcaption>(.*?)</figcaption>", workers, flags=re.S)
+    assert any("against the share of its labels on held-out gold items" in c for c in captions)
+    assert "labels on gold items" in _svg_texts(workers)  # the colour bar of the gold labels per worker

@@ -437,9 +437,9 @@ def prepare_gold(frame: pd.DataFrame, cfg: GoldConfig, classes: list[str], sourc
     if outside:
         raise gold_outside_error(source, cfg.truth, outside, list(classes))
     distinct = out.drop_duplicates()
-    per_item = distinct.groupby("item")["truth"].nunique()
-    conflicts = per_item[per_item > 1]
-    if len(conflicts):
+    if distinct["item"].duplicated().any():  # an item left on two rows has two truths
+        per_item = distinct.groupby("item")["truth"].nunique()
+        conflicts = per_item[per_item > 1]
         raise gold_conflict_error(source, str(conflicts.index[0]), int(conflicts.iloc[0]))
     return Gold(frame=distinct.reset_index(drop=True), source=source, repeated_rows=len(out) - len(distinct))
 

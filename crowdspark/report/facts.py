@@ -17,12 +17,23 @@ import pandas as pd
 from crowdspark.config import GoldConfig
 from crowdspark.errors import CrowdsparkError
 from crowdspark.io.pandas_reader import prepare_gold, read_frame
+from crowdspark.io.paths import is_local
 from crowdspark.models.base import worker_confusion
-from crowdspark.report.tables import item_batches, item_columns, read_queue, read_summary, read_workers, table_format
+from crowdspark.report.tables import (
+    item_batches,
+    item_columns,
+    item_record_batches,
+    dictionary_positions,
+    read_label_columns,
+    read_queue,
+    read_summary,
+    read_workers,
+    table_format,
+)
 from crowdspark.rng import item_keys
 
-__all__ = ["Histogram", "Calibration", "GoldConfusion", "Changes", "ItemFacts", "RunFacts", "summary_calibration",
-           "gold_confusion", "worker_matrices", "flag_columns", "class_bias", "spotlight_workers", "collect"]
+__all__ = ["Histogram", "Calibration", "GoldConfusion", "WorkerGold", "Changes", "ItemFacts", "RunFacts",
+           "summary_calibration", "gold_confusion", "worker_gold", "worker_matrices", "flag_columns", "class_bias", "spotlight_workers", "collect"]
 
 #: bins of the confidence histogram and of the reliability table (equal width on [0, 1])
 CONFIDENCE_BINS = 20
@@ -33,6 +44,9 @@ OTHER_BINS = 30
 TOP_ROWS = 15
 #: workers whose own confusion matrices are drawn, for each reason (most labels, each flag, moved most)
 SPOTLIGHT_PER_REASON = 3
+#: labels on held-out gold items a worker needs to be drawn against its accuracy on them (with fewer, that
+#: accuracy is too noisy to compare: one label more or less moves it by 0.1 or more)
+MIN_GOLD_LABELS = 10
 
 _NOT_DRAWN = ("item", "label")
 
@@ -111,23 +125,119 @@ class GoldConfusion:
                              "precision": precision, "most confused with": confused})
 
 
-def gold_confusion(truth: np.ndarray, label: np.ndarray, classes: list[str]) -> np.ndarray:
+def gold_confusion(truth: Any, label: Any, classes: list[str]) -> np.ndarray:
     """Counts of (true class, inferred label) pairs, shape (C, C); pairs naming a class outside ``classes`` are
     left out.
 
     Parameters
     ----------
-    truth, label : ndarray of str, shape (n,)
+    truth, label : ndarray of str or pyarrow string array, shape (n,)
         The gold items' true classes and inferred labels.
     classes : list of str, length C
     """
-    index = {c: i for i, c in enumerate(classes)}
-    t = pd.Series(truth, dtype=object).map(index)
-    lab = pd.Series(label, dtype=object).map(index)
-    known = (t.notna() & lab.notna()).to_numpy()
     C = len(classes)
-    pairs = t.to_numpy()[known].astype(np.int64) * C + lab.to_numpy()[known].astype(np.int64)
-    return np.bincount(pairs, minlength=C * C).reshape(C, C)
+    t, lab = _class_codes(truth, classes), _class_codes(label, classes)
+    known = (t >= 0) & (lab >= 0)
+    return np.bincount(t[known] * C + lab[known], minlength=C * C).reshape(C, C)
+
+
+def _class_codes(values: Any, classes: list[str]) -> np.ndarray:
+    """The position of each value in ``classes``, -1 for a value (or a null) that is not among them, shape (n,)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not isinstance(values, (pa.Array, pa.ChunkedArray)):
+        values = pa.array([v if isinstance(v, str) else None for v in values], type=pa.string())
+    codes = pc.index_in(values, value_set=pa.array(classes, type=pa.string()))
+    return np.asarray(codes.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class WorkerGold:
+    """Each worker's labels on the held-out gold items, beside its estimated accuracy.
+
+    Attributes
+    ----------
+    table : DataFrame
+        One row per worker of ``workers/`` with at least one label on a held-out gold item: ``worker``,
+        ``n_labels``, ``accuracy`` (estimated by the run), ``gold_labels`` (its labels on held-out gold items),
+        ``gold_accuracy`` (the share of those equal to the gold).
+    min_labels : int
+        Gold labels a worker needs to be drawn (:data:`MIN_GOLD_LABELS`).
+    """
+
+    table: pd.DataFrame
+    min_labels: int = MIN_GOLD_LABELS
+
+    @property
+    def drawn(self) -> pd.DataFrame:
+        return self.table[self.table["gold_labels"] >= self.min_labels]
+
+    @property
+    def left_out(self) -> int:
+        """Workers with some gold labels, but fewer than :attr:`min_labels`."""
+        return int((self.table["gold_labels"] < self.min_labels).sum())
+
+
+def worker_gold(workers: pd.DataFrame, labels: list[Any], truth: pd.Series, classes: list[str],
+                min_labels: int = MIN_GOLD_LABELS) -> WorkerGold:
+    """Count each worker's labels on the gold items ``truth`` (item -> true class) and the right ones.
+
+    Parameters
+    ----------
+    workers : DataFrame
+        ``workers/`` (``worker``, ``n_labels``, ``accuracy``), K rows.
+    labels : list of pyarrow RecordBatch
+        The labels (columns ``item``, ``worker``, ``label``: dictionary arrays of strings;
+        :func:`crowdspark.report.tables.read_label_columns`), counted one batch at a time.
+    truth : Series
+        Index: item ids; values: their true classes (held-out gold).
+    classes : list of str, length C
+    """
+    import pyarrow as pa
+
+    def lookup(role: str, values: Any) -> Any:
+        return dictionary_positions([b.column(role) for b in labels], pa.array(values, type=pa.string()))
+
+    item_at = lookup("item", truth.index.to_numpy(dtype=object))
+    label_at = lookup("label", classes)
+    worker_at = lookup("worker", workers["worker"].astype(str).to_numpy(dtype=object))
+    true_class = _class_codes(pa.array(truth.to_numpy(dtype=object), type=pa.string()), classes)
+    K = len(workers)
+    counted, right = np.zeros(K, dtype=np.int64), np.zeros(K, dtype=np.int64)
+    for batch in labels:
+        at = item_at(batch.column("item"))
+        on_gold = at >= 0
+        who = worker_at(batch.column("worker"))[on_gold]
+        given = label_at(batch.column("label"))[on_gold]
+        true = true_class[at[on_gold]]
+        kept = who >= 0
+        counted += np.bincount(who[kept], minlength=K)
+        right += np.bincount(who[kept & (given == true) & (given >= 0)], minlength=K)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(counted > 0, right / counted, np.nan)
+    table = workers[["worker", "n_labels", "accuracy"]].assign(gold_labels=counted, gold_accuracy=share)
+    return WorkerGold(table=table[counted > 0].reset_index(drop=True), min_labels=min_labels)
+
+
+def _worker_gold(summary: dict[str, Any], workers: pd.DataFrame | None, truth: pd.Series | None,
+                 classes: list[str]) -> tuple[WorkerGold | None, str]:
+    """Each worker's accuracy on the held-out gold, from the labels file the run read, or ``None`` and why."""
+    if truth is None or workers is None or not len(workers):
+        return None, ""
+    config = summary.get("config", {}).get("input", {})
+    path = summary.get("inputs", {}).get("labels")
+    if config.get("filter") or config.get("date_column") or summary.get("items_scope", "all").split(":")[0] != "all":
+        return None, ("this run read part of its labels file (input.filter, a date window, or an incremental night), "
+                      "which the report does not read again, so there is no accuracy on gold per worker")
+    if not path or not is_local(path):
+        return None, f"the labels {path!r} are not on local disk here, so there is no accuracy on gold per worker"
+    columns = {role: config.get(role, role) for role in ("item", "worker", "label")}
+    try:
+        labels = read_label_columns(path, str(config.get("format", "auto")), columns)
+    except (CrowdsparkError, OSError) as exc:
+        return None, f"the labels {path!r} could not be read here ({exc}), so there is no accuracy on gold per worker"
+    return worker_gold(workers, labels, truth, classes), ""
 
 
 @dataclass
@@ -172,6 +282,8 @@ class RunFacts:
     changes_note: str
     relabel: pd.DataFrame | None
     spotlight: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["row", "worker", "why"]))
+    worker_gold: WorkerGold | None = None
+    worker_gold_note: str = ""
 
 
 def _bins(column: str, low: float, high: float, integer: bool) -> np.ndarray:
@@ -184,25 +296,39 @@ def _bins(column: str, low: float, high: float, integer: bool) -> np.ndarray:
     return np.linspace(low, high, OTHER_BINS + 1)
 
 
+def _numbers(column: Any) -> np.ndarray:
+    """The values of an Arrow column as floats, nulls and NaN left out."""
+    values = np.asarray(column.drop_null().to_numpy(zero_copy_only=False), dtype=float)
+    return values[~np.isnan(values)]
+
+
+def _label_counts(counts: dict[str, int]) -> pd.Series:
+    """Items per inferred label, by label."""
+    return pd.Series(counts, dtype="int64").sort_index() if counts else pd.Series(dtype="int64")
+
+
 def _ranges(run_dir: str, fmt: str, numeric: list[str]) -> tuple[int, pd.Series, dict[str, tuple[float, float]],
                                                                      set[str]]:
     """First pass: item count, label counts, and each numeric column's range and whether it holds integers."""
-    n, labels = 0, pd.Series(dtype="int64")
+    import pyarrow.compute as pc
+
+    n, labels = 0, {}
     low = {c: np.inf for c in numeric}
     high = {c: -np.inf for c in numeric}
     integer = set(numeric)
-    for batch in item_batches(run_dir, fmt, ["label", *numeric]):
-        n += len(batch)
-        labels = labels.add(batch["label"].value_counts(), fill_value=0)
-        for column in numeric:
-            values = batch[column].dropna().to_numpy(dtype=float)
+    for batch in item_record_batches(run_dir, fmt, ["label", *numeric]):
+        n += batch.num_rows
+        for row in pc.value_counts(batch.column(0).drop_null()).to_pylist():
+            labels[row["values"]] = labels.get(row["values"], 0) + row["counts"]
+        for position, column in enumerate(numeric, start=1):
+            values = _numbers(batch.column(position))
             if values.size:
                 low[column] = min(low[column], float(values.min()))
                 high[column] = max(high[column], float(values.max()))
                 if column in integer and not np.all(values == np.round(values)):
                     integer.discard(column)
     ranges = {c: (low[c], high[c]) for c in numeric if np.isfinite(low[c])}
-    return n, labels.astype("int64"), ranges, integer
+    return n, _label_counts(labels), ranges, integer
 
 
 def _gold_truth(summary: dict[str, Any], gold_path: str | None) -> tuple[pd.Series | None, str]:
@@ -248,27 +374,44 @@ def summary_calibration(summary: dict[str, Any]) -> Calibration | None:
                        source='computed by the run (summary.json, "quality.calibration")')
 
 
+def _counts(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """``np.histogram(values, edges)``'s counts, by numpy's arithmetic for equal bins when ``edges`` are those
+    of ``np.linspace`` (the same counts, without sorting ``values``)."""
+    if np.array_equal(edges, np.linspace(edges[0], edges[-1], len(edges))):
+        return np.histogram(values, bins=len(edges) - 1, range=(edges[0], edges[-1]))[0]
+    return np.histogram(values, bins=edges)[0]
+
+
 def _item_pass(run_dir: str, fmt: str, numeric: list[str], truth: pd.Series | None, classes: list[str]
                ) -> tuple[ItemFacts, Calibration | None, GoldConfusion | None]:
     """Both passes over ``items/``: ranges first, then the histograms, the gold items' confidences and their
     confusion against the gold."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     n, labels, ranges, integer = _ranges(run_dir, fmt, numeric)
     edges = {c: _bins(c, *ranges[c], c in integer) for c in ranges}
     counts = {c: np.zeros(len(e) - 1, dtype=np.int64) for c, e in edges.items()}
     scored_conf, scored_right = [], []
     confusion = np.zeros((len(classes), len(classes)), dtype=np.int64)
-    for batch in item_batches(run_dir, fmt, ["item", "label", *edges]):
-        for column, e in edges.items():
-            counts[column] += np.histogram(batch[column].dropna().to_numpy(dtype=float), bins=e)[0]
-        if truth is None:
+    gold_items = gold_truth = None
+    if truth is not None:
+        gold_items = pa.array(truth.index.to_numpy(dtype=object), type=pa.string())
+        gold_truth = pa.array(truth.to_numpy(dtype=object), type=pa.string())
+    for batch in item_record_batches(run_dir, fmt, ["item", "label", *edges]):
+        for position, column in enumerate(edges, start=2):
+            counts[column] += _counts(_numbers(batch.column(position)), edges[column])
+        if gold_items is None:
             continue
-        true = batch["item"].map(truth)
-        has = true.notna().to_numpy()
-        label = batch["label"].to_numpy()[has]
-        confusion += gold_confusion(true.to_numpy()[has], label, classes)
-        if "confidence" in batch:
-            scored_conf.append(batch["confidence"].to_numpy(dtype=float)[has])
-            scored_right.append(label == true.to_numpy()[has])
+        true = gold_truth.take(pc.index_in(batch.column(0), value_set=gold_items))
+        has = true.is_valid()
+        true, label = true.filter(has), batch.column(1).filter(has)
+        confusion += gold_confusion(true, label, classes)
+        if "confidence" in edges:
+            scored_conf.append(np.asarray(batch.column(2 + list(edges).index("confidence")).filter(has)
+                                          .to_numpy(zero_copy_only=False), dtype=float))
+            scored_right.append(np.asarray(pc.equal(label, true).fill_null(False).to_numpy(zero_copy_only=False),
+                                           dtype=bool))
     facts = ItemFacts(n=n, label_counts=labels, histograms={c: Histogram(edges[c], counts[c]) for c in edges},
                       integer_columns=tuple(sorted(integer & set(edges))))
     gold = GoldConfusion(classes, confusion) if confusion.sum() else None
@@ -328,9 +471,23 @@ def worker_matrices(workers: pd.DataFrame, n_classes: int) -> np.ndarray:
     (:func:`crowdspark.models.base.worker_confusion`) from a ``workers/`` table read back, whose ``confusion``
     cells are nested lists."""
     if "confusion" in workers:
-        return worker_confusion({"confusion": np.stack([np.stack([np.asarray(row, dtype=float) for row in m])
-                                                        for m in workers["confusion"]])}, n_classes)
+        return worker_confusion({"confusion": _stacked(workers["confusion"].to_numpy())}, n_classes)
     return worker_confusion({"accuracy": workers["accuracy"].to_numpy(dtype=float)}, n_classes)
+
+
+def _stacked(cells: np.ndarray) -> np.ndarray:
+    """The K nested-list cells of a ``confusion`` column as one array, shape (K, C, C): their rows joined end to
+    end (no loop over workers) when every cell is C rows of C numbers, else cell by cell."""
+    size = len(cells[0]) if len(cells) else 0
+    try:
+        rows = np.concatenate(cells)
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        flat = np.concatenate(rows).astype(float)
+        if len(rows) == len(cells) * size and np.all(lengths == size) and flat.size == len(rows) * size:
+            return flat.reshape(len(cells), size, size)
+    except (TypeError, ValueError):
+        pass
+    return np.stack([np.stack([np.asarray(row, dtype=float) for row in m]) for m in cells])
 
 
 def flag_columns(workers: pd.DataFrame) -> list[str]:
@@ -425,4 +582,5 @@ def collect(run_dir: str, gold_path: str | None = None) -> RunFacts:
                      relabel=relabel)
     if workers is not None and len(workers):
         facts.spotlight = spotlight_workers(workers, changes, len(classes))
+    facts.worker_gold, facts.worker_gold_note = _worker_gold(summary, workers, truth, classes)
     return facts

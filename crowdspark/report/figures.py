@@ -26,6 +26,7 @@ __all__ = [
     "labels_per_worker",
     "crowd_confusion",
     "worker_scatter",
+    "worker_gold_scatter",
     "worker_confusions",
     "series",
     "visible",
@@ -230,6 +231,29 @@ def worker_scatter(workers: pd.DataFrame, flags: list[str]) -> Any:
         _plain_log(ax.xaxis)
     ax.set_ylim(-0.02, 1.02)
     return _finish(ax, "labels given by the worker", "estimated accuracy")
+
+
+def worker_gold_scatter(drawn: pd.DataFrame) -> Any:
+    """Each worker's estimated accuracy against its accuracy on held-out gold items, coloured by its number of
+    labels on them (log scale), with the diagonal; ``drawn`` has ``accuracy``, ``gold_accuracy``, ``gold_labels``."""
+    from matplotlib.colors import LogNorm
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=_WIDE)
+    ax.plot([0, 1], [0, 1], color="gray", ls="--", label="estimate = accuracy on gold")
+    counts = drawn["gold_labels"].to_numpy(dtype=float)
+    low = max(counts.min(), 1.0)
+    scale = LogNorm(vmin=low, vmax=counts.max() if counts.max() > low else 10 * low)  # a decade when all are equal
+    points = ax.scatter(drawn["gold_accuracy"].to_numpy(dtype=float), drawn["accuracy"].to_numpy(dtype=float), s=12,
+                        c=counts, cmap="viridis", norm=scale, alpha=0.8, rasterized=True,
+                        label=f"workers ({len(drawn):,})")
+    colour = fig.colorbar(points, ax=ax)
+    colour.set_label("labels on gold items")
+    _plain_log(colour.ax.yaxis)
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_ylim(-0.02, 1.02)
+    return _finish(ax, "accuracy on held-out gold items (share of the worker's labels there that are right)",
+                   "estimated accuracy")
 
 
 def worker_confusions(matrices: np.ndarray, titles: list[str], classes: list[str]) -> Any:

@@ -126,7 +126,9 @@ def _night_dirs(root: str) -> list[tuple[str, str]]:
     return out
 
 
-def _workers_of(run_dir: str, fmt: str) -> pd.DataFrame | None:
+def _workers_of(run_dir: str, fmt: str, chosen: list[str] | None = None) -> pd.DataFrame | None:
+    """``worker``, ``n_labels`` and ``accuracy`` of the night's ``workers/`` (``worker`` as text), only the rows of
+    the ``chosen`` workers when given; ``None`` when the night has no such table."""
     path = os.path.join(run_dir, "workers")
     columns = ["worker", "n_labels", "accuracy"]
     if not os.path.isdir(path):
@@ -134,8 +136,18 @@ def _workers_of(run_dir: str, fmt: str) -> pd.DataFrame | None:
     if fmt == "csv":
         frames = [pd.read_csv(os.path.join(path, f), usecols=columns, dtype={"worker": str})
                   for f in sorted(os.listdir(path)) if f.endswith(".csv")]
-        return pd.concat(frames, ignore_index=True) if frames else None
-    return pd.read_parquet(path, columns=columns)
+        table = pd.concat(frames, ignore_index=True) if frames else None
+        return table if table is None or chosen is None else table[table["worker"].isin(chosen)]
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(path, format="parquet").to_table(columns=columns)
+    worker = pc.cast(table.column("worker"), pa.string())
+    if chosen is not None:
+        table = table.filter(pc.is_in(worker, value_set=pa.array(chosen, type=pa.string())))
+        worker = pc.cast(table.column("worker"), pa.string())
+    return table.set_column(0, "worker", worker).to_pandas()
 
 
 def _queue_rows(run_dir: str, fmt: str) -> float:
@@ -165,17 +177,18 @@ def _night_row(run_id: str, summary: dict[str, Any], relabel: float) -> dict[str
 
 def collect_history(root: str, prolific: int = PROLIFIC_WORKERS) -> History:
     """Read the committed nights of the local run root ``root`` (oldest first: by as-of date, then run id)."""
-    rows, accuracies, skipped = [], {}, []
+    rows, formats, skipped = [], {}, []
     for run_id, path in _night_dirs(root):
         try:
             summary = read_summary(path)
             fmt = table_format(summary)
             rows.append(_night_row(run_id, summary, _queue_rows(path, fmt)))
-            accuracies[run_id] = _workers_of(path, fmt)
+            formats[run_id] = (path, fmt)
         except (OSError, ValueError, KeyError) as exc:
             skipped.append(f"run_id={run_id}: {exc}")
     columns = list(_night_row("", {}, np.nan))
     nights = pd.DataFrame(rows, columns=columns).sort_values(["as_of", "run_id"]).set_index("run_id")
+    accuracies = _night_workers(nights.index, formats, prolific, skipped)
     for column in ("error_rate", "n_gold", "krippendorff_alpha", "spammers", "relabel", "items", "labels",
                    "workers"):
         nights[column] = pd.to_numeric(nights[column], errors="coerce")
@@ -186,6 +199,23 @@ def collect_history(root: str, prolific: int = PROLIFIC_WORKERS) -> History:
     for worker in workers.columns:
         drift[worker] = drift_flags(workers[worker], DRIFT_FLOORS["worker"], labels[worker])
     return History(root=root, nights=nights, workers=workers, worker_labels=labels, drift=drift, skipped=skipped)
+
+
+def _night_workers(order: pd.Index, formats: dict[str, tuple[str, str]], prolific: int, skipped: list[str]
+                   ) -> dict[str, pd.DataFrame | None]:
+    """The rows of each night's ``workers/`` that :func:`_prolific` reads: the latest night with a worker table
+    whole (to choose its ``prolific`` workers with most labels), the others only those workers' rows."""
+    tables: dict[str, pd.DataFrame | None] = {}
+    chosen = None
+    for run_id in reversed(order):
+        try:
+            tables[run_id] = _workers_of(*formats[run_id], chosen)
+        except (OSError, ValueError, KeyError) as exc:
+            skipped.append(f"run_id={run_id}: {exc}")
+            tables[run_id] = None
+        if chosen is None and tables[run_id] is not None and len(tables[run_id]):
+            chosen = tables[run_id].nlargest(prolific, "n_labels")["worker"].astype(str).tolist()
+    return tables
 
 
 def _prolific(order: pd.Index, tables: dict[str, pd.DataFrame | None], prolific: int, column: str) -> pd.DataFrame:

@@ -161,7 +161,7 @@ def crowd_matrix(workers: pd.DataFrame, n_classes: int) -> np.ndarray:
 def build_figures(facts: RunFacts) -> dict[str, Any]:
     """Every figure the run's data allows, by name (matplotlib figures, not yet rendered), their text literal
     (names from the data are drawn as they are: :func:`figures.literal_text`)."""
-    with figures.literal_text():
+    with figures.literal_text(), figures.pyplot().rc_context({"figure.max_open_warning": 0}):
         return _figures(facts)
 
 
@@ -177,6 +177,8 @@ def _figures(facts: RunFacts) -> dict[str, Any]:
         out["worker_accuracy"] = figures.worker_accuracy(workers)
         out["labels_per_worker"] = figures.labels_per_worker(workers)
         out["worker_scatter"] = figures.worker_scatter(workers, flag_columns(workers))
+        if facts.worker_gold is not None and len(facts.worker_gold.drawn):
+            out["worker_gold"] = figures.worker_gold_scatter(facts.worker_gold.drawn)
         classes = [str(c) for c in summary["classes"]]
         if len(facts.spotlight):
             matrices = worker_matrices(workers.iloc[facts.spotlight["row"].to_numpy()], len(classes))
@@ -317,6 +319,7 @@ def _workers_section(facts: RunFacts, svgs: dict[str, str]) -> str:
     body += figure(svgs["worker_scatter"], "each worker's estimated accuracy against its labels: a prolific worker "
                                            "low on the chart costs most; with few labels the estimate is close "
                                            "to the prior")
+    body += _worker_gold_part(facts, svgs)
     if "worker_confusions" in svgs:
         chosen = facts.spotlight
         body += ("<p>The workers that matter, each with its own confusion matrix (the crowd's matrix below averages "
@@ -337,6 +340,32 @@ def _workers_section(facts: RunFacts, svgs: dict[str, str]) -> str:
     lowest = workers[workers["n_labels"] >= workers["n_labels"].median()].nsmallest(10, "accuracy")
     body += "<p>Lowest estimated accuracy among the workers with at least the median number of labels:</p>"
     return body + table(lowest[["worker", "n_labels", "accuracy"]])
+
+
+#: workers listed whose estimated accuracy is farthest from their accuracy on gold
+GOLD_GAP_ROWS = 10
+
+
+def _worker_gold_part(facts: RunFacts, svgs: dict[str, str]) -> str:
+    """The scatter of estimated accuracy against accuracy on held-out gold (runs with gold), and the workers
+    farthest from the diagonal."""
+    found = facts.worker_gold
+    if found is None:
+        return note(facts.worker_gold_note) if facts.worker_gold_note else ""
+    drawn = found.drawn
+    counted = (f"{len(drawn):,} workers with at least {found.min_labels} labels on held-out gold items drawn; "
+               f"{found.left_out:,} with 1 to {found.min_labels - 1} left out (too few to compare)")
+    if "worker_gold" not in svgs:
+        return f"<p>Estimated accuracy against accuracy on gold: {_text(counted)}.</p>"
+    body = figure(svgs["worker_gold"], f"each worker's estimated accuracy against the share of its labels on "
+                                       f"held-out gold items that are right (the gold of its items); {counted}. On "
+                                       "the diagonal the run's estimate agrees with the gold; above it the run "
+                                       "trusts the worker more than the gold does")
+    gap = drawn.assign(gap=drawn["accuracy"] - drawn["gold_accuracy"])
+    gap = gap.loc[gap["gap"].abs().nlargest(GOLD_GAP_ROWS).index]
+    body += ("<p>Workers whose estimated accuracy is farthest from their accuracy on gold (estimate less gold):"
+             "</p>")
+    return body + table(gap[["worker", "n_labels", "gold_labels", "accuracy", "gold_accuracy", "gap"]])
 
 
 def _confusion_section(facts: RunFacts, svgs: dict[str, str]) -> str:

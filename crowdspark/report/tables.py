@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pandas as pd
@@ -17,9 +17,10 @@ from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.paths import is_local, strip_file_scheme
 from crowdspark.io.runs import read_latest
 
-__all__ = ["resolve_run_dir", "read_summary", "table_format", "read_workers", "item_columns", "item_batches", "read_queue"]
+__all__ = ["resolve_run_dir", "read_summary", "table_format", "read_workers", "item_columns", "item_batches",
+           "item_record_batches", "read_queue", "read_label_columns", "dictionary_positions"]
 
-_BATCH_ROWS = 1 << 18
+_BATCH_ROWS = 1 << 20
 _ID_COLUMNS = ("item", "worker", "label")
 
 
@@ -111,17 +112,36 @@ def item_columns(run_dir: str, fmt: str) -> tuple[list[str], list[str]]:
     return list(schema.names), numeric
 
 
+def _csv_chunks(path: str, columns: Sequence[str]) -> Iterator[pd.DataFrame]:
+    dtypes = {c: str for c in ("item", "label") if c in columns}
+    for name in sorted(f for f in os.listdir(path) if f.endswith(".csv")):
+        yield from pd.read_csv(os.path.join(path, name), usecols=list(columns), dtype=dtypes, chunksize=_BATCH_ROWS)
+
+
 def item_batches(run_dir: str, fmt: str, columns: Sequence[str]) -> Iterator[pd.DataFrame]:
     """``items/``'s ``columns``, one batch of rows at a time (``item`` and ``label`` as strings)."""
     path = os.path.join(run_dir, "items")
     if fmt == "csv":
-        dtypes = {c: str for c in ("item", "label") if c in columns}
-        for name in sorted(f for f in os.listdir(path) if f.endswith(".csv")):
-            yield from pd.read_csv(os.path.join(path, name), usecols=list(columns), dtype=dtypes,
-                                   chunksize=_BATCH_ROWS)
+        yield from _csv_chunks(path, columns)
         return
     for batch in _parquet_dataset(path).to_batches(columns=list(columns), batch_size=_BATCH_ROWS):
         yield batch.to_pandas()
+
+
+def item_record_batches(run_dir: str, fmt: str, columns: Sequence[str]) -> Iterator[Any]:
+    """``items/``'s ``columns``, one ``pyarrow.RecordBatch`` at a time, in the order of ``columns`` (``item`` and
+    ``label`` as strings): what :func:`item_batches` reads, without making pandas objects of the strings."""
+    import pyarrow as pa
+
+    path = os.path.join(run_dir, "items")
+    if fmt == "csv":
+        for chunk in _csv_chunks(path, columns):
+            yield pa.RecordBatch.from_pandas(chunk[list(columns)], preserve_index=False)
+        return
+    for batch in _parquet_dataset(path).to_batches(columns=list(columns), batch_size=_BATCH_ROWS):
+        if batch.num_rows:
+            yield batch.cast(pa.schema([(f.name, pa.string()) if f.name in ("item", "label") else f
+                                        for f in batch.schema]))
 
 
 def read_queue(path: str, fmt: str, rows: int) -> pd.DataFrame | None:
@@ -141,3 +161,73 @@ def read_queue(path: str, fmt: str, rows: int) -> pd.DataFrame | None:
             return dataset.head(rows).to_pandas()
         frame = dataset.to_table(filter=ds.field("rank") <= rows).to_pandas()
     return frame.sort_values("rank").head(rows) if "rank" in frame else frame.head(rows)
+
+
+def read_label_columns(path: str, fmt: str, columns: dict[str, str]) -> list[Any]:
+    """The canonical text of the labels file's ``columns`` (role -> column name), as the run reads it, as Arrow
+    record batches whose columns are the roles, each a dictionary array of strings (Parquet's dictionaries, read
+    without a string per cell).
+
+    Raises
+    ------
+    InputError
+        For a path that cannot be read as labels (:func:`crowdspark.io.pandas_reader.read_frame`'s messages).
+    """
+    import pyarrow as pa
+
+    from crowdspark.io.cells import canonical_arrow, canonical_text
+    from crowdspark.io.pandas_reader import read_frame
+    from crowdspark.io.paths import infer_format, resolve_local_paths
+
+    def text(values: Any, column: str) -> Any:
+        values = values if pa.types.is_dictionary(values.type) else values.dictionary_encode()
+        if pa.types.is_string(values.type.value_type):
+            return values
+        return canonical_arrow(values.dictionary_decode(), "labels", path, column).dictionary_encode()
+
+    files = resolve_local_paths(path, "labels")
+    if fmt == "auto":
+        fmt = infer_format(path, files, "labels")
+    if fmt != "parquet":
+        frame = read_frame(path, fmt, "labels", dictionary=tuple(columns.values()))
+        arrays = [text(canonical_text(frame[column], "labels", path, column), column) for column in columns.values()]
+        return [pa.RecordBatch.from_arrays(arrays, names=list(columns))]
+    import pyarrow.parquet as pq
+
+    table = pq.ParquetDataset(files, read_dictionary=list(columns.values())).read(columns=list(columns.values()))
+    return [pa.RecordBatch.from_arrays([text(batch.column(column), column) for column in columns.values()],
+                                       names=list(columns)) for batch in table.to_batches()]
+
+
+def dictionary_positions(chunks: list[Any], values: Any) -> Callable[[Any], Any]:
+    """A function that gives, for one of ``chunks`` (Arrow dictionary arrays of strings), the position of each
+    row's text in ``values`` (an Arrow string array of distinct values), -1 where it is not there (ndarray of
+    int64, shape (n,)).
+
+    The distinct dictionaries of the chunks (the chunks of one Parquet row group share theirs) are looked up in
+    one call, so the hash table of ``values`` is built once."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def key(chunk: Any) -> tuple[int, ...]:
+        dictionary = chunk.dictionary
+        return (*(b.address if b is not None else 0 for b in dictionary.buffers()), dictionary.offset, len(dictionary))
+
+    distinct: dict[tuple[int, ...], Any] = {}
+    for chunk in chunks:
+        distinct.setdefault(key(chunk), chunk.dictionary)
+    found = pc.index_in(pa.chunked_array(list(distinct.values()), type=pa.string()), value_set=values) \
+        if distinct else pa.array([], type=pa.int32())
+    found = np.asarray(found.fill_null(-1).to_numpy(), dtype=np.int64)
+    looked_up, start = {}, 0
+    for k, dictionary in distinct.items():
+        looked_up[k] = found[start:start + len(dictionary)]
+        start += len(dictionary)
+
+    def at(chunk: Any) -> Any:
+        index = np.asarray(chunk.indices.fill_null(-1).to_numpy(), dtype=np.int64)
+        local = looked_up[key(chunk)]
+        return np.where(index >= 0, local[np.maximum(index, 0)], -1) if len(local) else np.full(len(index), -1)
+
+    return at
