@@ -19,13 +19,14 @@ from tests.helpers import DATA
 @pytest.mark.slow
 def test_a_successful_spark_run_prints_no_traceback(tmp_path):
     """glad: a stateful model, whose blocks stay in the Python workers through the sweeps (reused workers, a
-    sweep session, the daemon's shutdown at the end)."""
+    sweep session, the daemon's shutdown at the end); ten sweeps show every stage of a stateful run."""
     out = tmp_path / "out"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     proc = subprocess.run(
         [sys.executable, "-m", "crowdspark", "aggregate", "--labels", str(DATA / "temp" / "labels.csv"),
          "--gold", str(DATA / "temp" / "truth.csv"), "--algorithm", "glad", "--engine", "spark",
-         "--master", "local[2]", "--set", "engine.small_input_bytes=0", "--output", str(out)],
+         "--master", "local[2]", "--set", "engine.small_input_bytes=0", "--set", "glad.max_iter=10",
+         "--output", str(out)],
         capture_output=True, text=True, env=env, timeout=1200,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
