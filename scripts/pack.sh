@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build what a cluster's executors need, into dist/ (or the folder given):
+# Build what a cluster's executors need, into dist/ (or the folder given; a relative one is under the repository):
 #   crowdspark-VERSION-py3-none-any.whl   the library (pip install it where the driver runs)
 #   crowdspark.pex                        one executable file: the wheel, numpy, scipy, pandas, pyarrow and
 #                                         the rest of their dependencies, for executors whose Python has none
@@ -13,6 +13,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-dist}"
 PYTHON="${PYTHON:-.venv/bin/python}"
+if ! command -v "$PYTHON" >/dev/null; then
+  echo "pack.sh: no Python at $PYTHON; run bash scripts/setup.sh or set PYTHON to the driver's Python" >&2
+  exit 2
+fi
+if ! "$PYTHON" -c "import pex" 2>/dev/null; then
+  echo "pack.sh: $PYTHON cannot import pex; install it with: $PYTHON -m pip install -e \".[pack]\"" \
+    "(or set PYTHON to a Python that has pex)" >&2
+  exit 2
+fi
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 work="$(mktemp -d)"
