@@ -71,11 +71,14 @@ def spark_class() -> Path:
     return path
 
 
-def submit_command(master: str, package: str, script: str, args: list[str],
-                   conf: dict[str, str] | None = None) -> list[str]:
-    """The ``spark-submit`` command line of ``script`` with the library ``package`` (``--py-files``) and the
-    Spark settings ``conf`` (the UI off unless ``conf`` says otherwise)."""
-    command = [str(spark_class().parent / "spark-submit"), "--master", master, "--py-files", package]
+def submit_command(master: str, package: str | None, script: str, args: list[str],
+                   conf: dict[str, str] | None = None, files: tuple[str, ...] = ()) -> list[str]:
+    """The ``spark-submit`` command line of ``script`` with the library ``package`` (``--py-files``; none if
+    ``None``), the ``files`` (``--files``) and the Spark settings ``conf`` (the UI off unless ``conf`` says
+    otherwise)."""
+    command = [str(spark_class().parent / "spark-submit"), "--master", master]
+    command += ["--py-files", package] if package is not None else []
+    command += ["--files", ",".join(files)] if files else []
     for key, value in {"spark.ui.enabled": "false", **(conf or {})}.items():
         command += ["--conf", f"{key}={value}"]
     return [*command, script, *args]

@@ -1,6 +1,7 @@
 """The cluster path, as a user takes it: a Spark standalone cluster on 127.0.0.1 (one master, one worker with
-two cores, from the installed pyspark), the library shipped with ``spark-submit --py-files``, the job
-``jobs/aggregate.py``.
+two cores, from the installed pyspark), the library shipped either as the PEX of ``scripts/pack.sh`` to
+executors whose Python has no package at all (docs/cluster.md's recipe) or with ``spark-submit --py-files``
+to executors that have the dependencies, the job ``jobs/aggregate.py``.
 
 One cluster serves the whole module (its daemons are stopped by process id when the module ends, also when
 a test fails, and at exit).  Each test is one Spark application (four in all), so the module pays for one
@@ -10,9 +11,11 @@ cluster start and four application starts.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -24,6 +27,7 @@ import pytest
 
 from crowdspark.cli import main as crowdspark_main
 from scripts.standalone_cluster import StandaloneCluster, submit_command, submit_environment
+from tests.cluster_job import MODULES
 
 pytestmark = [pytest.mark.cluster, pytest.mark.full, pytest.mark.spark, pytest.mark.slow]
 
@@ -46,17 +50,39 @@ socket.create_connection = _dropped
 
 
 @dataclass
+class Packed:
+    """What ``scripts/pack.sh`` built, the executors' bare Python and the folder their PEX installs into."""
+
+    wheel: Path
+    pex: Path
+    bare: Path
+    pex_root: Path
+
+    def conf(self) -> dict[str, str]:
+        """The executors' settings: ``python3.X`` on their ``PATH`` is the bare Python, as on a node that
+        has nothing but the interpreter; the PEX installs its wheels under :attr:`pex_root`."""
+        path = f"{self.bare / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+        return {"spark.executorEnv.PATH": path, "spark.executorEnv.PEX_ROOT": str(self.pex_root)}
+
+
+@dataclass
 class Cluster:
     daemons: StandaloneCluster
     package: Path
 
     def submit(self, script: Path, args: list[str], cwd: Path, conf: dict[str, str] | None = None,
-               stream: bool = False):
-        """``spark-submit`` of ``script`` to the cluster with the package; a finished process, or a running
-        one with ``stream``."""
-        command = submit_command(self.daemons.master_url, str(self.package), str(script), args,
-                                 {"spark.sql.shuffle.partitions": "4", **(conf or {})})
+               stream: bool = False, packed: Packed | None = None):
+        """``spark-submit`` of ``script`` to the cluster with the package (``--py-files``), or with the PEX
+        alone (``--files``, ``PYSPARK_PYTHON=./crowdspark.pex``) if ``packed``; a finished process, or a
+        running one with ``stream``."""
+        conf = {"spark.sql.shuffle.partitions": "4", **(packed.conf() if packed else {}), **(conf or {})}
         env = submit_environment()
+        if packed is None:
+            command = submit_command(self.daemons.master_url, str(self.package), str(script), args, conf)
+        else:
+            command = submit_command(self.daemons.master_url, None, str(script), args, conf,
+                                     files=(str(packed.pex),))
+            env["PYSPARK_PYTHON"] = f"./{packed.pex.name}"
         if stream:
             return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     text=True)
@@ -79,6 +105,24 @@ def cluster(tmp_path_factory):
     finally:
         daemons.stop()
     assert not daemons.executor_pids()
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    """``scripts/pack.sh`` run by this interpreter, and a virtual environment without any package (not even
+    pip) for the executors' Python."""
+    root = tmp_path_factory.mktemp("packed")
+    built = subprocess.run(["bash", str(ROOT / "scripts" / "pack.sh"), str(root / "dist")], capture_output=True,
+                           text=True, env={**os.environ, "PYTHON": sys.executable})
+    assert built.returncode == 0, built.stdout + built.stderr
+    bare = root / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    for name in MODULES:
+        probe = subprocess.run([str(bare / "bin" / "python"), "-c", f"import {name}"], capture_output=True,
+                               cwd=root)
+        assert probe.returncode != 0, f"the bare Python imports {name}"
+    (wheel,) = (root / "dist").glob("crowdspark-*-py3-none-any.whl")
+    return Packed(wheel, root / "dist" / "crowdspark.pex", bare, root / "pex-root")
 
 
 def rte_args(algorithm: str, output: str, *settings: str) -> list[str]:
@@ -112,9 +156,11 @@ def assert_same_answer(result: Path, reference: Path) -> None:
     assert summary["metrics"]["error_rate"] == local["metrics"]["error_rate"]
 
 
-def test_cluster_answers_equal_the_local_engine_and_are_committed_atomically(cluster, tmp_path):
-    """ds, dds, idbla and idbla-cvb0 on RTE, default settings: sweep sessions on the cluster, the local engine's
-    answers, and outputs (relative paths, resolved on the driver) committed as on a local master."""
+def test_cluster_answers_equal_the_local_engine_and_are_committed_atomically(cluster, packed, tmp_path):
+    """ds, dds, idbla and idbla-cvb0 on RTE, default settings, executors whose Python has no package and that
+    receive only the PEX of ``scripts/pack.sh``: sweep sessions on the cluster, the local engine's answers,
+    outputs (relative paths, resolved on the driver) committed as on a local master, and every library the
+    executors used came from the PEX (pyspark from the cluster's own ``pyspark.zip``)."""
     algorithms = ["ds", "dds", "idbla", "idbla-cvb0"]
     references = {algorithm: local_answer(tmp_path, algorithm) for algorithm in algorithms}
     work = tmp_path / "work"
@@ -123,8 +169,19 @@ def test_cluster_answers_equal_the_local_engine_and_are_committed_atomically(clu
     shutil.copytree(references["ds"], previous)  # a previous result (of the local engine): replaced
     runs = [rte_args(algorithm, f"results/{algorithm}") for algorithm in algorithms]
     (work / "runs.json").write_text(json.dumps(runs))
-    done = cluster.submit(ROOT / "tests" / "cluster_job.py", ["runs.json"], cwd=work)
+    done = cluster.submit(ROOT / "tests" / "cluster_job.py", ["runs.json", "origins.json"], cwd=work,
+                          packed=packed)
     assert done.returncode == 0, cluster.explain(done.stdout + done.stderr)
+    origins = json.loads((work / "origins.json").read_text())
+    assert len(origins) == 2
+    for origin in origins:
+        assert Path(origin["executable"]).parent == packed.bare / "bin", origin
+        assert Path(origin["pex"]) == Path(origin["cwd"]) / packed.pex.name, origin
+        assert Path(origin["cwd"]).is_relative_to(cluster.daemons.root), origin  # the executor's folder
+        for name in MODULES[:-1]:
+            assert Path(origin["modules"][name]).is_relative_to(packed.pex_root), origin
+        assert f"/{packed.wheel.name}/crowdspark/" in origin["modules"]["crowdspark"], origin  # the wheel's
+        assert "/python/lib/pyspark.zip/" in origin["modules"]["pyspark"], origin
     for algorithm in algorithms:
         result = work / "results" / algorithm
         assert_same_answer(result, references[algorithm])
