@@ -3,7 +3,7 @@
     source scripts/env.sh
     mkdir -p /tmp/old && git archive main | tar -x -C /tmp/old    # the other tree: main's code, this .venv
     .venv/bin/python -m benchmarks.local_speed --labels 10000000 --old /tmp/old --pairs 3
-    .venv/bin/python -m benchmarks.local_speed --labels 100000000 --pairs 1 --job --distributed
+    .venv/bin/python -m benchmarks.local_speed --labels 100000000 --pairs 1 --runs job,distributed
 
 Every run is a fresh process on one synthetic Dawid-Skene Parquet set (5 classes, 10 labels per item, one worker
 per 100 items between 1k and 100k, or ``--workers``; seed 0), DS with ``ds.max_iter=--iterations`` and
@@ -11,17 +11,18 @@ per 100 items between 1k and 100k, or ``--workers``; seed 0), DS with ``ds.max_i
 :mod:`crowdspark.synthetic`'s chunk generator), written here without Spark, one chunk at a time, in files of
 ``--file-labels`` labels (never in the repository: ``--data-dir``, default ``/tmp/crowdspark-bench``).
 
-The runs of one pair alternate (this tree first in even pairs, last in odd ones, so going first hits both):
+The runs of one pair (``--runs``, default ``new`` and, with ``--old``, ``old``) alternate (in the given order in
+even pairs, reversed in odd ones, so going first hits both):
 
 * ``new``: ``python -m crowdspark aggregate --engine local`` of this tree;
 * ``old``: the same command in ``--old``'s tree (run with its working directory there, so its code is imported);
-* ``--job``: ``spark-submit --master local[2] jobs/aggregate.py`` of this tree with the default settings (the job
+* ``job``: ``spark-submit --master local[2] jobs/aggregate.py`` of this tree with the default settings (the job
   chooses its engine: ``summary.json``'s ``engine_choice``);
-* ``--distributed``: the same with ``engine.small_input_bytes=0`` (the forced distributed path).
+* ``distributed``: the same with ``engine.small_input_bytes=0`` (the forced distributed path).
 
 It prints each run's wall seconds, CPU seconds (user + system of the whole process tree), peak RSS of the largest
-process, the phases of ``summary.json``, the medians, the ratios to ``new`` and whether every run's item labels
-and posteriors equal ``new``'s bit for bit.
+process, the phases of ``summary.json``, the medians, the ratios to the first run named and whether every run's
+item labels and posteriors equal the first run's bit for bit (else how far they are).
 """
 
 from __future__ import annotations
@@ -100,8 +101,8 @@ def run(name: str, command: list[str], cwd: Path, output: str) -> dict:
             "engine_choice": summary.get("engine_choice"), "output": output}
 
 
-def commands(labels: str, out: Path, old: Path | None, job: bool, distributed: bool, iterations: int) -> dict:
-    """name -> (command, working directory, output folder) of the runs of one pair."""
+def commands(labels: str, out: Path, old: Path | None, iterations: int) -> dict:
+    """name -> (command, working directory, output folder) of every run a pair can hold."""
     settings = [*DS_SETTINGS, "--set", f"ds.max_iter={iterations}"]
     python = str(ROOT / ".venv" / "bin" / "python")
     local = [python, "-m", "crowdspark", "aggregate", "--labels", labels, *settings, "--engine", "local"]
@@ -110,10 +111,8 @@ def commands(labels: str, out: Path, old: Path | None, job: bool, distributed: b
         runs["old"] = ([*local, "--output", str(out / "old")], old, str(out / "old"))
     submit = [str(ROOT / ".venv" / "bin" / "spark-submit"), "--master", "local[2]", "--driver-memory", "8g",
               str(ROOT / "jobs" / "aggregate.py"), "--labels", labels, *settings]
-    if job:
-        runs["job"] = ([*submit, "--output", str(out / "job")], ROOT, str(out / "job"))
-    if distributed:
-        runs["distributed"] = ([*submit, "--set", "engine.small_input_bytes=0", "--output", str(out / "distributed")],
+    runs["job"] = ([*submit, "--output", str(out / "job")], ROOT, str(out / "job"))
+    runs["distributed"] = ([*submit, "--set", "engine.small_input_bytes=0", "--output", str(out / "distributed")],
                                ROOT, str(out / "distributed"))
     return runs
 
@@ -129,9 +128,15 @@ def answers(output: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             posterior)
 
 
-def same_answers(a: str, b: str) -> bool:
-    """Whether two runs gave the same items, labels and posteriors, bit for bit."""
-    return all(np.array_equal(x, y) for x, y in zip(answers(a), answers(b)))
+def same_answers(a: str, b: str) -> str:
+    """``"identical"`` when two runs gave the same items, labels and posteriors bit for bit, else the labels that
+    differ and the largest difference of a posterior (the Spark engine sums its blocks in another order)."""
+    (items_a, labels_a, post_a), (items_b, labels_b, post_b) = answers(a), answers(b)
+    if not np.array_equal(items_a, items_b):
+        return "other items"
+    if np.array_equal(labels_a, labels_b) and np.array_equal(post_a, post_b):
+        return "identical"
+    return f"{int((labels_a != labels_b).sum())} labels differ, posteriors within {np.abs(post_a - post_b).max():.1e}"
 
 
 def main() -> None:
@@ -141,19 +146,21 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--old", help="another tree whose local engine runs beside this one's")
     parser.add_argument("--pairs", type=int, default=3)
-    parser.add_argument("--job", action="store_true", help="also spark-submit the job with its default choice")
-    parser.add_argument("--distributed", action="store_true", help="also spark-submit the forced distributed path")
+    parser.add_argument("--runs", help="comma-separated among new, old, job, distributed (default: new[,old])")
+    parser.add_argument("--labels-path", help="an existing labels folder instead of the synthetic set of --labels")
     parser.add_argument("--data-dir", default="/tmp/crowdspark-bench")
     parser.add_argument("--file-labels", type=int, default=10_000_000, help="labels per Parquet file")
     parser.add_argument("--out", default="/tmp/crowdspark-bench/out")
     args = parser.parse_args()
-    labels = dataset(args.labels, Path(args.data_dir), args.workers, args.file_labels)
-    runs = commands(labels, Path(args.out), Path(args.old).resolve() if args.old else None, args.job,
-                    args.distributed, args.iterations)
+    labels = args.labels_path or dataset(args.labels, Path(args.data_dir), args.workers, args.file_labels)
+    names = args.runs.split(",") if args.runs else ["new", "old"] if args.old else ["new"]
+    every = commands(labels, Path(args.out), Path(args.old).resolve() if args.old else None, args.iterations)
+    runs = {name: every[name] for name in names}
+    first = names[0]
     print(f"{labels}; machine: {machine()}; load average before: {load_average()}; "
           f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", flush=True)
     results: dict[str, list[dict]] = {name: [] for name in runs}
-    same: dict[str, list[bool]] = {name: [] for name in runs if name != "new"}
+    same: dict[str, list[str]] = {name: [] for name in runs if name != first}
     for pair in range(args.pairs):
         order = list(runs) if pair % 2 == 0 else list(runs)[::-1]
         done = {}
@@ -167,12 +174,12 @@ def main() -> None:
                 results[name].append(result)
                 done[name] = output
         for name in same:
-            if name in done and "new" in done:
-                same[name].append(same_answers(done["new"], done[name]))
+            if name in done and first in done:
+                same[name].append(same_answers(done[first], done[name]))
     print(f"\nload average after: {load_average()}")
-    print("| run | end to end (s) | CPU (s) | peak RSS (MiB) | phases (s) | time / new | same answers as new |")
+    print(f"| run | end to end (s) | CPU (s) | peak RSS (MiB) | phases (s) | time / {first} | same answers as {first} |")
     print("|---|---|---|---|---|---|---|")
-    base = median([r["wall_s"] for r in results["new"]])
+    base = median([r["wall_s"] for r in results[first]])
     for name, rs in results.items():
         if not rs:
             continue
@@ -180,11 +187,11 @@ def main() -> None:
         phases = ", ".join(f"{k} {median([r['timings'].get(k, np.nan) for r in rs]):.1f}" for k in rs[0]["timings"])
         print(f"| {name} | {wall:.1f} | {median([r['cpu_s'] for r in rs]):.1f} | "
               f"{median([r['rss_mib'] for r in rs]):.0f} | {phases} | {wall / base:.2f} | "
-              f"{'' if name == 'new' else same[name]} |")
+              f"{'' if name == first else same[name]} |")
     for name, rs in results.items():
-        if name != "new" and rs and results["new"]:
-            ratios = [n["wall_s"] / o["wall_s"] for n, o in zip(results["new"], rs)]
-            print(f"new / {name} per pair: {', '.join(f'{r:.2f}' for r in ratios)}")
+        if name != first and rs and results[first]:
+            ratios = [n["wall_s"] / o["wall_s"] for n, o in zip(results[first], rs)]
+            print(f"{first} / {name} per pair: {', '.join(f'{r:.2f}' for r in ratios)}")
 
 
 if __name__ == "__main__":
