@@ -135,29 +135,47 @@ def _label_order(codes: np.ndarray, worker: np.ndarray, label: np.ndarray, n_ite
     return np.lexsort((label, worker, codes))
 
 
-def _sorted_rows(codes: np.ndarray, worker: np.ndarray, label: np.ndarray,
-                 n_items: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+#: rows from which :func:`_sorted_rows` sorts two halves of the key range on two threads
+PARALLEL_SORT_ROWS = 1 << 20
+
+
+def _sorted_rows(codes: np.ndarray, worker: np.ndarray, label: np.ndarray, n_items: int,
+                 threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rows sorted by (item, worker, label): codes (int64), worker and label (int32), each (m,).
 
-    Rows with equal keys are equal, so the order among them does not matter: the combined key
-    ``(item * K + worker) * C + label`` is sorted by value and decoded, which is faster than ordering the
-    three columns by its argsort (BENCHMARKS.md, "The Spark data path: blocks and write"), unless that key
-    could overflow int64.
+    Rows with equal keys are equal, so the order among them does not matter: the key packs the three codes into
+    the bits of one int64 (item, then worker, then label, each in as many bits as its largest code needs), is
+    sorted by value and unpacked by shifts and masks, which is faster than ordering the three columns by its
+    argsort (BENCHMARKS.md, "The Spark data path: blocks and write"), unless the bits exceed 63.  With
+    ``threads > 1`` and at least :data:`PARALLEL_SORT_ROWS` rows, the keys below and above the middle item are
+    sorted on two threads (numpy's sort releases the GIL) and put one after the other: the same sorted array.
     """
-    K = int(worker.max()) + 1
-    C = int(label.max()) + 1
-    if n_items * K * C >= 2**62:
+    label_bits = max(int(label.max()).bit_length(), 1)
+    worker_bits = max(int(worker.max()).bit_length(), 1)
+    item_shift = worker_bits + label_bits
+    if max(int(n_items) - 1, 1).bit_length() + item_shift > 62:
         order = np.lexsort((label, worker, codes))
         return codes[order].astype(np.int64), worker[order], label[order]
     key = codes.astype(np.int64)
-    key *= K
-    key += worker
-    key *= C
-    key += label
-    key.sort()
-    key, label_sorted = np.divmod(key, C)
-    key, worker_sorted = np.divmod(key, K)
-    return key, worker_sorted.astype(np.int32), label_sorted.astype(np.int32)
+    key <<= item_shift
+    key |= worker.astype(np.int64) << label_bits
+    key |= label
+    if threads > 1 and len(key) >= PARALLEL_SORT_ROWS:
+        from concurrent.futures import ThreadPoolExecutor
+
+        low = key < (np.int64(n_items // 2) << item_shift)
+        halves = (key[low], key[~low])
+        del key, low
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(np.ndarray.sort, halves))
+        key = np.concatenate(halves)
+        del halves
+    else:
+        key.sort()
+    label_sorted = (key & ((1 << label_bits) - 1)).astype(np.int32)
+    worker_sorted = ((key >> label_bits) & ((1 << worker_bits) - 1)).astype(np.int32)
+    key >>= item_shift
+    return key, worker_sorted, label_sorted
 
 
 def build_blocks(
@@ -210,6 +228,7 @@ def blocks_from_codes(
     truth: np.ndarray | None = None,
     max_labels: int = DEFAULT_MAX_BLOCK_LABELS,
     split: GoldSplit | None = None,
+    threads: int = 1,
 ) -> list[Block]:
     """:func:`build_blocks` for rows whose items are already factorized.
 
@@ -221,13 +240,15 @@ def blocks_from_codes(
         Item ids, sorted (the block order follows them).
     worker, label, truth, max_labels, split
         As in :func:`build_blocks`.
+    threads : int
+        Threads the sort of the rows may use (the same blocks on any number).
     """
     if len(codes) == 0:
         return []
     row_codes = codes
     n = len(uniques)
     codes, worker, label = _sorted_rows(np.asarray(codes), np.asarray(worker, dtype=np.int32),
-                                        np.asarray(label, dtype=np.int32), n)
+                                        np.asarray(label, dtype=np.int32), n, threads)
     counts = np.bincount(codes, minlength=n)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     item_truth = np.full(n, -1, dtype=np.int32)

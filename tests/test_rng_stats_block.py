@@ -138,8 +138,8 @@ def test_sorted_rows_equal_the_rows_in_lexsort_order():
         worker = rng.integers(0, 6, m).astype(np.int32)
         label = rng.integers(0, 3, m).astype(np.int32)
         order = np.lexsort((label, worker, codes))
-        for n_items in (40, 2**61):
-            got = _sorted_rows(codes, worker, label, n_items)
+        for n_items, threads in ((40, 1), (40, 2), (2**61, 1)):
+            got = _sorted_rows(codes, worker, label, n_items, threads)
             for array, expected in zip(got, (codes[order], worker[order], label[order])):
                 np.testing.assert_array_equal(array, expected)
             assert (got[0].dtype, got[1].dtype, got[2].dtype) == (np.int64, np.int32, np.int32)
@@ -148,6 +148,24 @@ def test_sorted_rows_equal_the_rows_in_lexsort_order():
         uniques = np.array([f"i{j:02d}" for j in present], dtype=object)
         (block,) = blocks_from_codes(dense, uniques, worker, label, item_gold[dense], max_labels=10**6)
         np.testing.assert_array_equal(block.truth, item_gold)
+
+def test_sorted_rows_on_two_threads_equal_the_rows_in_lexsort_order(monkeypatch):
+    """The two halves of the key range, sorted on two threads, give the lexsort order (items 0..n-1, the
+    middle item on either side, workers and labels at their largest codes)."""
+    import crowdspark.block as block_module
+
+    monkeypatch.setattr(block_module, "PARALLEL_SORT_ROWS", 10)
+    rng = np.random.default_rng(5)
+    for n_items, n_workers, n_classes in ((1, 3, 2), (2, 1, 2), (9, 1000, 7), (1000, 5, 5)):
+        m = 5000
+        codes = rng.integers(0, n_items, m)
+        worker = rng.integers(0, n_workers, m).astype(np.int32)
+        label = rng.integers(0, n_classes, m).astype(np.int32)
+        order = np.lexsort((label, worker, codes))
+        got = block_module._sorted_rows(codes, worker, label, n_items, threads=2)
+        for array, expected in zip(got, (codes[order], worker[order], label[order])):
+            np.testing.assert_array_equal(array, expected)
+
 
 def test_build_blocks_of_nothing():
     assert build_blocks(np.array([], dtype=object), np.array([]), np.array([])) == []

@@ -6,7 +6,8 @@ turns them, with the shape of the input (items I, workers K, classes C, labels L
 the fit on each host:
 
 * the local engine holds everything in one process: the blocks (:data:`LABEL_BYTES` per label), the
-  states, one block's sweep tables (:data:`ITEM_COPIES` copies) and the global parameters
+  states, the sweep tables (:data:`ITEM_COPIES` copies) of the blocks its threads compute at once (one per
+  usable core, :class:`~crowdspark.engine.local.LocalEngine`) and the global parameters
   (:data:`PARAM_COPIES` copies: the parameters, the summed statistics, the new parameters and the
   temporaries of the M-step; :data:`ONE_PASS_COPIES` for a model without sweeps);
 * on the Spark engine the driver holds the global parameters only (:data:`PARAM_COPIES`), and each executor
@@ -160,7 +161,7 @@ def _describe(largest: tuple[tuple[str, int], ...]) -> str:
 
 
 def predict_fit(model: Model, shape: FitShape, engine: str = "local", quality: bool = True,
-                max_block_labels: int = DEFAULT_MAX_BLOCK_LABELS) -> Prediction:
+                max_block_labels: int = DEFAULT_MAX_BLOCK_LABELS, threads: int | None = None) -> Prediction:
     """The peak bytes of fitting ``model`` on ``shape`` (see the module docstring).
 
     Parameters
@@ -173,6 +174,8 @@ def predict_fit(model: Model, shape: FitShape, engine: str = "local", quality: b
         Whether the run computes the quality signals.
     max_block_labels : int
         ``engine.max_block_labels``: the largest block, whose sweep tables are the ones alive at once.
+    threads : int, optional
+        Blocks the local engine computes at once (default: :func:`~crowdspark.engine.local.usable_cores`).
 
     Returns
     -------
@@ -195,7 +198,12 @@ def predict_fit(model: Model, shape: FitShape, engine: str = "local", quality: b
         return {"labels": int(data), "items": int(ITEM_COPIES * CELL * fp.item * block_i), "params": int(params)}
 
     if engine == "local":
-        parts = host(i, m, block_items)
+        if threads is None:
+            from crowdspark.engine.local import usable_cores
+
+            threads = usable_cores()
+        at_once = max(1, min(threads, math.ceil(m / max_block_labels)))
+        parts = host(i, m, block_items * at_once)
         fit_peak = sum(parts.values())
         after = parts["labels"] + CELL * fp.params + quality_bytes  # the quality pass, after the fit
         parts["quality"] = int(max(0.0, after - fit_peak))

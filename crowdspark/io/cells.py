@@ -170,12 +170,13 @@ def _canonical_categorical(values: pd.Categorical, what: str, source: str, colum
     """The canonical text of a categorical column, computed once per category that a row uses: a dictionary
     array of its codes (``-1``: null) into the categories' text."""
     codes = values.codes
-    used = np.bincount(codes[codes >= 0], minlength=len(values.categories)) > 0
+    nulls = bool(len(codes)) and codes.min() < 0
+    used = np.bincount(codes[codes >= 0] if nulls else codes, minlength=len(values.categories)) > 0
     if not used.all():  # an unused category is not a value of the column: its text is not asked for
         remap = np.cumsum(used) - 1
         codes = np.where(codes >= 0, remap[np.maximum(codes, 0)], -1)
     words = canonical_text(pd.Series(values.categories[used]), what, source, column)
-    return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0), words)
+    return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0) if nulls else pa.array(codes), words)
 
 
 def _mixed_values(series: pd.Series, what: str, source: str, column: str) -> np.ndarray:

@@ -378,6 +378,9 @@ def _sorted_categorical(text: pa.Array) -> pd.Categorical:
     Python compares strings) and whose codes are int32."""
     dictionary, codes = sorted_codes(text)
     categories = pd.Index(dictionary.to_numpy(zero_copy_only=False), dtype=object)
+    # sorted and distinct: pandas learns both from one pass of comparisons (it marks a strictly increasing index
+    # unique), so the dtype's check of uniqueness builds no hash table of the categories (0.4 s of CPU at 1M items)
+    categories.is_monotonic_increasing  # noqa: B018 (computed for its cached answer)
     return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(categories), validate=False)
 
 

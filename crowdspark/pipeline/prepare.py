@@ -19,7 +19,7 @@ import pandas as pd
 from crowdspark.block import Block, GoldSplit, blocks_from_codes
 from crowdspark.config import RunConfig
 from crowdspark.engine.base import Engine
-from crowdspark.engine.local import LocalEngine
+from crowdspark.engine.local import LocalEngine, usable_cores
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.pandas_reader import (
     check_encoded,
@@ -120,7 +120,8 @@ def local_blocks(labels_frame: pd.DataFrame, gold_frame: pd.DataFrame | None, en
         truth_of_item = pd.Index(items.categories).map(dict(zip(gold_frame["item"], gold_frame["truth"])))
         truth = encoding.class_codes(np.asarray(truth_of_item, dtype=object))[items.codes]
     uniques = np.asarray(items.categories, dtype=object)
-    return blocks_from_codes(items.codes, uniques, worker, label, truth, max_labels=max_labels, split=split)
+    return blocks_from_codes(items.codes, uniques, worker, label, truth, max_labels=max_labels, split=split,
+                             threads=usable_cores())
 
 
 def _selected(labels_source: str, selection: list[str], read):

@@ -8,6 +8,7 @@ import logging
 import os
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 import pandas as pd
@@ -73,11 +74,16 @@ class RunResult:
     (``summary["items_scope"]``; :func:`crowdspark.io.chain.read_items` reads the whole answer)."""
 
     summary: dict[str, Any]
-    items: pd.DataFrame | None = None
+    item_table: Any = None  # the local item table as Arrow; :attr:`items` is its pandas form
     workers: pd.DataFrame | None = None
     model: Model | None = None
     params: Any = None
     encoding: Encoding | None = None
+
+    @cached_property
+    def items(self) -> pd.DataFrame | None:
+        """The item table as pandas, converted on first use (the command line never uses it)."""
+        return None if self.item_table is None else _pandas_items(self.item_table)
 
 
 def _pandas_items(items: Any) -> Any:
@@ -133,7 +139,7 @@ def aggregate_frames(
     fitted = fit_frames(config, labels, gold, labels_source=labels_source, gold_source=gold_source,
                         options=options)
     try:
-        return RunResult(summary=fitted.summary, items=_pandas_items(fitted.items()), workers=fitted.workers(),
+        return RunResult(summary=fitted.summary, item_table=fitted.items(), workers=fitted.workers(),
                          model=fitted.model, params=fitted.params, encoding=fitted.encoding)
     finally:
         fitted.close()
@@ -373,9 +379,9 @@ def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path:
         items, workers = fitted.items(), fitted.workers()
         if plan.destination is not None:
             write_result(fitted, items, workers, plan.destination, config, spark, extra)
-        items = _pandas_items(items)
-        local = isinstance(items, pd.DataFrame)
-        result = RunResult(summary=fitted.summary, items=items if local else None, workers=workers if local else None,
+        local = not _is_spark_frame(items)
+        result = RunResult(summary=fitted.summary, item_table=items if local else None,
+                           workers=workers if local else None,
                            model=fitted.model, params=fitted.params, encoding=fitted.encoding)
     finally:
         fitted.close()
