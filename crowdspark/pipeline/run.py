@@ -146,7 +146,7 @@ def _prepare(source: Source, config: RunConfig, labels_path: str, gold_path: str
         timer.lap("read")
         return prepare_spark(spark, config, source.labels_frame, source.gold_frame, labels_path, gold_path, timer,
                              source.input_format, options.inject_task_failure, window)
-    labels, gold = read_pandas(source, config, labels_path, gold_path)
+    labels, gold = read_pandas(source, config, labels_path, gold_path, window)
     timer.lap("read")
     return prepare_frames(config, labels, gold, labels_path, gold_source, timer, window, source.filter_applied)
 

@@ -34,6 +34,7 @@ from crowdspark.engine.choice import EngineChoice, choose_engine, driver_master,
 from crowdspark.errors import InputError
 from crowdspark.io.catalog import read_table, table_name, table_provider
 from crowdspark.io.column_types import check_input_types
+from crowdspark.io.day_folders import is_day_partitioned, read_day_folders
 from crowdspark.io.pandas_reader import read_frame
 from crowdspark.io.paths import is_local, resolve_format, resolve_local_paths
 
@@ -94,7 +95,7 @@ def _pandas_files(config: RunConfig, labels_path: str, gold_path: str | None, ou
     if not all(is_local(path) for path in paths if path):
         return None
     files = resolve_local_paths(labels_path, "labels")
-    if _hive_partitioned(labels_path, files):
+    if _hive_partitioned(labels_path, files) and not is_day_partitioned(labels_path, config.input.date_column, files):
         return None
     if gold_path and _hive_partitioned(gold_path, resolve_local_paths(gold_path, "gold")):
         return None
@@ -253,15 +254,21 @@ def _read_spark(spark: Any, path: str, fmt: str, what: str) -> tuple[Any, str]:
     return read_spark_frame(spark, path, fmt, what), fmt
 
 
-def read_pandas(source: Source, config: RunConfig, labels_path: str,
-                gold_path: str | None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """The labels and gold as pandas frames: read with pandas, or collected from what Spark read."""
+def read_pandas(source: Source, config: RunConfig, labels_path: str, gold_path: str | None,
+                window: Any = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The labels and gold as pandas frames: read with pandas (of a folder of ``input.date_column`` day folders,
+    only those of ``window``), or collected from what Spark read."""
     if source.labels_frame is None:
         # workers and labels repeat across row groups and CSV blocks, items seldom: merging per-block
         # dictionaries of items costs more than encoding their strings once (BENCHMARKS.md, "The local engine
         # at 10M labels")
-        labels = read_frame(labels_path, config.input.format, "labels",
-                            dictionary=(config.input.worker, config.input.label))
+        dictionary = (config.input.worker, config.input.label)
+        if config.input.date_column and is_day_partitioned(labels_path, config.input.date_column,
+                                                           resolve_local_paths(labels_path, "labels")):
+            labels = read_day_folders(labels_path, config.input.format, "labels", config.input.date_column,
+                                      dictionary, window.holds_path if window is not None else None)
+        else:
+            labels = read_frame(labels_path, config.input.format, "labels", dictionary=dictionary)
         return labels, read_frame(gold_path, config.gold.format, "gold") if gold_path else None
     from crowdspark.io.spark_reader import to_pandas_strings
 
