@@ -125,3 +125,35 @@ def test_a_run_on_an_output_a_live_run_holds_exits_75_and_writes_nothing(tmp_pat
     assert not out.exists()
     written = json.loads(status.read_text())
     assert (written["exit_code"], written["retryable"], written["error"]["kind"]) == (75, True, "output_busy")
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_executors_without_crowdspark_stop_the_run_with_exit_2_and_the_fix(spark, tmp_path, monkeypatch):
+    """The executors' Python is a virtual environment that has the dependencies but not crowdspark (a ``.pth``
+    line adds this environment's site-packages, whose editable crowdspark is not loaded from there); the
+    driver's message names crowdspark and the fix, not the Python worker's traceback."""
+    import sysconfig
+
+    from crowdspark.config import load_config
+    from crowdspark.pipeline.run import aggregate
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next(venv.glob("lib/python*/site-packages"))
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    python = str(venv / "bin" / "python")
+    assert subprocess.run([python, "-c", "import numpy, pyspark"], cwd=tmp_path).returncode == 0
+    assert subprocess.run([python, "-c", "import crowdspark"], cwd=tmp_path, capture_output=True).returncode != 0
+    # the executors' interpreter and environment are taken when a function is shipped: these apply to this run;
+    # PYTHONSAFEPATH keeps the worker's working directory (this repository) off its path
+    monkeypatch.setattr(spark.sparkContext, "pythonExec", python)
+    monkeypatch.setitem(spark.sparkContext.environment, "PYTHONSAFEPATH", "1")
+    config = load_config(algorithm="mv", overrides=["engine.small_input_bytes=0"])
+    with pytest.raises(Exception) as caught:
+        aggregate(config, str(DATA / "rte" / "labels.csv"), str(tmp_path / "out"), spark=spark)
+    failure = classify_failure(caught.value, str(tmp_path / "out"))
+    assert (failure.code, failure.kind) == (EXIT_BAD_INPUT, "executor_environment"), failure
+    assert failure.message.startswith("the executors' Python cannot import 'crowdspark' (ModuleNotFoundError")
+    assert "--py-files crowdspark.zip" in failure.message and "docs/cluster.md" in failure.message
+    assert not (tmp_path / "out").exists()
