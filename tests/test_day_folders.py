@@ -70,3 +70,15 @@ def test_a_day_folder_whose_files_also_hold_the_date_is_refused(tmp_path, lake, 
     assert main(["aggregate", "--engine", "local", "--algorithm", "mv", *WINDOW, "--labels", str(folders),
                  "--output", str(tmp_path / "out"), "--quiet"]) == 2
     assert "hold a column 'date' and sit in a folder named after it" in capsys.readouterr().err
+
+
+def test_an_incremental_night_on_the_spark_engine_still_reads_its_days_with_spark(lake):
+    """Only a window run reads the day folders with pandas: the incremental reader of days on the spark engine
+    needs its SparkSession (a small lake there is not a small input)."""
+    from crowdspark.config import load_config
+    from crowdspark.pipeline.source import needs_spark
+
+    folders, _ = lake
+    nightly = [str(DATA.parent / "conf" / "nightly.toml")]
+    assert not needs_spark(load_config(nightly), str(folders))
+    assert needs_spark(load_config(nightly, ["input.window_days=0", "incremental.mode=on"]), str(folders))

@@ -2,8 +2,9 @@
 
 * ``engine.name = "local"``: pandas reads local files, the local engine fits.
 * ``engine.name = "spark"`` and the input is small (:func:`local_small_input`: local files, no Hive-style
-  partition folders, no ``input.filter``, fewer bytes than ``engine.small_input_bytes``): pandas reads, the
-  local engine fits on the driver, and no SparkSession is needed at all (:func:`needs_spark`).
+  partition folders but, outside incremental nights, one level of ``input.date_column`` day folders
+  (:mod:`crowdspark.io.day_folders`), no ``input.filter``, fewer bytes than ``engine.small_input_bytes``):
+  pandas reads, the local engine fits on the driver, and no SparkSession is needed at all (:func:`needs_spark`).
 * ``engine.name = "spark"``, the input is local files pandas can read, and the master is local: the memory
   rule of :mod:`crowdspark.engine.choice` (the local engine's predicted peak within the driver's budget) picks
   the local engine (pandas reads, no SparkSession) or the Spark engine (:func:`driver_choice`).
@@ -95,7 +96,8 @@ def _pandas_files(config: RunConfig, labels_path: str, gold_path: str | None, ou
     if not all(is_local(path) for path in paths if path):
         return None
     files = resolve_local_paths(labels_path, "labels")
-    if _hive_partitioned(labels_path, files) and not is_day_partitioned(labels_path, config.input.date_column, files):
+    day_folders = config.incremental.mode != "on" and is_day_partitioned(labels_path, config.input.date_column, files)
+    if _hive_partitioned(labels_path, files) and not day_folders:  # incremental nights read days with Spark
         return None
     if gold_path and _hive_partitioned(gold_path, resolve_local_paths(gold_path, "gold")):
         return None
