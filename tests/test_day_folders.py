@@ -50,6 +50,8 @@ def test_a_local_lake_in_window_mode_is_read_without_spark_as_its_flat_copy(tmp_
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert summary["inputs"]["days"] == json.loads((tmp_path / "b" / "summary.json").read_text())["inputs"]["days"]
     assert summary["inputs"]["missing_days"] == [SPEC.date(3)]
+    # the files of the window's day folders, as Spark lists them: one per day with labels
+    assert summary["inputs"]["files"]["labels"]["files"] == len(summary["inputs"]["days"]) == 5
 
 
 def test_only_the_day_folders_of_the_window_are_opened(tmp_path, lake, no_spark, capsys):

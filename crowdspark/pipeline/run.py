@@ -298,7 +298,7 @@ def _signature(source: Source, labels_path: str, gold_path: str | None, window: 
                spark: Any) -> dict[str, Any]:
     """What the run reads: paths, files, bytes and times (for Spark reads, the files Spark lists, only the
     window's partition folders)."""
-    signature = input_signature(labels_path, gold_path)
+    signature = input_signature(labels_path, gold_path, window)
     frames = (("labels", source.labels_frame, window), ("gold", source.gold_frame, None))
     for what, frame, days in frames:
         listed = spark_files(spark, frame, days) if frame is not None else None

@@ -299,8 +299,9 @@ def spark_files(spark: Any, frame: Any, window: Any = None) -> dict[str, Any] | 
     return {"files": len(files), "bytes": sum(f[1] for f in files), "modified": max(f[2] for f in files)}
 
 
-def input_signature(labels_path: str, gold_path: str | None) -> dict[str, Any]:
-    """Paths, and for local inputs their number of files, bytes and latest modification time."""
+def input_signature(labels_path: str, gold_path: str | None, window: Any = None) -> dict[str, Any]:
+    """Paths, and for local inputs their number of files, bytes and latest modification time (of the labels,
+    only the files ``window`` may hold, as :func:`spark_files` lists them)."""
     out: dict[str, Any] = {}
     for what, path in (("labels", labels_path), ("gold", gold_path)):
         if path is None:
@@ -309,11 +310,10 @@ def input_signature(labels_path: str, gold_path: str | None) -> dict[str, Any]:
         if is_local(path):
             try:
                 files = resolve_local_paths(path, what)
-                entry.update(
-                    files=len(files),
-                    bytes=sum(os.path.getsize(f) for f in files),
-                    modified=max(os.path.getmtime(f) for f in files),
-                )
+                files = [f for f in files if window is None or what != "labels" or window.holds_path(f)]
+                entry.update(files=len(files), bytes=sum(os.path.getsize(f) for f in files))
+                if files:
+                    entry["modified"] = max(os.path.getmtime(f) for f in files)
             except InputError:
                 pass  # reported by the reader with its own message
         out[what] = entry
