@@ -1,7 +1,9 @@
 """The command line: ``crowdspark aggregate ...`` (also ``python -m crowdspark`` and ``jobs/aggregate.py``).
 
-Exit codes: 0 success; 2 bad input or configuration (a one-paragraph message, no traceback unless
-``--debug``); 1 any other failure.
+Exit codes (:mod:`crowdspark.errors`, ``docs/operations.md``): 0 success; 2 what a person must fix (input,
+configuration, incompatible history, the executors' environment: a one-paragraph message, no traceback unless
+``--debug``); 75 what a later try can get past (a full disk, lost executors, another live run on the output);
+1 any other failure.  ``aggregate --status-file PATH`` also writes the outcome as JSON (:mod:`crowdspark.status`).
 """
 
 from __future__ import annotations
@@ -11,18 +13,17 @@ import json
 import logging
 import os
 import sys
+import time
 import warnings
 from collections.abc import Sequence
 
 from crowdspark.version import __version__
 from crowdspark.errors import (
     EXIT_BAD_INPUT,
-    EXIT_FAILURE,
     EXIT_OK,
     ConfigError,
-    CrowdsparkError,
-    disk_full_message,
-    is_disk_full,
+    Failure,
+    classify_failure,
     one_line,
 )
 
@@ -75,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     agg.add_argument("--report", action="store_true",
                      help="also write the run report, report.html, into the result directory (a local --output; "
                           "needs the report extra: matplotlib)")
+    agg.add_argument("--status-file", metavar="PATH",
+                     help="also write the run's outcome there as JSON, atomically, whether it succeeds or fails "
+                          "(status, exit code, retryable, error, counts, error vs gold, missing days, drift): "
+                          "for schedulers and monitors (docs/operations.md)")
     agg.add_argument("--master", help="Spark master when not run by spark-submit (default local[*])")
     agg.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     agg.add_argument("--quiet", action="store_true", help="only warnings and errors in the log")
@@ -300,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(_algorithm_table(listing))
         return EXIT_OK
+    started = time.time()
+    summary = destination = page = status_file = None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
@@ -314,24 +321,67 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return EXIT_OK
             if args.command == "items":
                 return _items(args.output, args.out)
+            if args.status_file:
+                _check_status_file(args.status_file, args.output)
+                status_file = args.status_file
             summary = run_aggregate(args)
             destination = run_directory(args.output, args.run_id) if args.run_id else args.output
             page = _write_run_report(destination, args.output if args.run_id else None) if args.report else None
-    except CrowdsparkError as exc:
-        if debug:
-            log.exception("bad input")
-        print(f"crowdspark: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     except Exception as exc:  # noqa: BLE001 - the scheduler needs an exit code, the user a message
+        failure = classify_failure(exc, getattr(args, "output", None))
         if debug:
             log.exception("run failed")
-        reason = disk_full_message(exc, getattr(args, "output", None)) if is_disk_full(exc) else one_line(exc)
-        print(f"crowdspark: failed: {reason} (rerun with --debug for the traceback)", file=sys.stderr)
-        return EXIT_FAILURE
+        print(_failure_line(failure), file=sys.stderr)
+        if status_file:
+            _write_status(args, started, failure=failure)
+        return failure.code
+    if status_file:
+        _write_status(args, started, summary=summary, result=destination)
     print(_report(summary, destination))
     if page is not None:
         print(f"report written to {page}")
     return EXIT_OK
+
+
+def _failure_line(failure: Failure) -> str:
+    """What the command prints on stderr when it fails: one paragraph, no traceback."""
+    if failure.code == EXIT_BAD_INPUT:
+        return f"crowdspark: error: {failure.message}"
+    retry = f" (exit {failure.code}: the same command can succeed later)" if failure.retryable else ""
+    if failure.kind == "output_busy":
+        return f"crowdspark: error: {failure.message}{retry}"
+    return f"crowdspark: failed: {failure.message}{retry} (rerun with --debug for the traceback)"
+
+
+def _check_status_file(path: str, output: str) -> None:
+    """Refuse a ``--status-file`` that is not a local path, or that lies inside ``--output`` (a result holds only
+    what the run writes)."""
+    from crowdspark.io.paths import is_local, strip_file_scheme
+
+    if not is_local(path):
+        raise ConfigError(f"--status-file must be a local path, but got {path!r}; write it on the machine that runs "
+                          "the command (a scheduler reads it there)")
+    if is_local(output):
+        status = os.path.abspath(strip_file_scheme(path))
+        out = os.path.abspath(strip_file_scheme(output))
+        if os.path.commonpath([status, out]) == out:
+            raise ConfigError(f"--status-file {path!r} is inside --output {output!r}, which holds only what a run "
+                              "writes; write it beside the output instead")
+
+
+def _write_status(args: argparse.Namespace, started: float, failure: Failure | None = None,
+                  summary: dict | None = None, result: str | None = None) -> None:
+    """Write ``--status-file``; when it cannot be written, say so on stderr and keep the run's exit code."""
+    from crowdspark.status import run_status, write_status
+
+    try:
+        status = run_status(failure=failure, summary=summary, output=args.output, result=result,
+                            run_id=args.run_id, as_of=args.as_of, started=started, finished=time.time())
+        write_status(args.status_file, status)
+    except Exception as exc:  # noqa: BLE001 - the run's outcome is the run's; the status file is its report
+        log.debug("the status file %s could not be written", args.status_file, exc_info=True)
+        print(f"crowdspark: warning: the status file {args.status_file!r} could not be written ({one_line(exc)})",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,7 +1,9 @@
 """spark-submit entry point: ``spark-submit jobs/aggregate.py --labels ... --algorithm ds --output ...``.
 
 It takes the same arguments as ``crowdspark aggregate``; under spark-submit the master and resources come
-from spark-submit's own flags.
+from spark-submit's own flags.  It exits as the command line does (``docs/operations.md``): 0 committed, 2 a
+person must fix it, 75 a later run can succeed (retry), 1 anything else; ``--status-file PATH`` writes the outcome
+as JSON.
 """
 
 import sys

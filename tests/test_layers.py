@@ -22,7 +22,7 @@ FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
     ("io", frozenset({"io", "synthetic", "lake"})),
     ("engine", frozenset({"engine"})),
     ("pipeline", frozenset({"pipeline"})),
-    ("report", frozenset({"report"})),
+    ("report", frozenset({"report", "status"})),
     ("faces", frozenset({"__init__", "__main__", "api", "ml", "cli", "spark_session"})),
 )
 

@@ -3,7 +3,8 @@ its result is committed.
 
 The lock is a file beside the destination, ``_crowdspark-lock-<name>`` (the ``_`` prefix makes Spark's and
 pandas' readers skip it).  Its JSON says who holds it (process id, host, start time, a random token) for the
-message a second run stops with (exit 2).  Two protocols decide who holds it:
+message a second run stops with (:class:`~crowdspark.errors.OutputBusyError`, exit 75: it can succeed later).
+Two protocols decide who holds it:
 
 - **kernel** (local filesystems): the holder keeps an exclusive ``flock`` on the file.  The kernel releases it
   when the holder ends, however it ends, so nobody judges whether a lock is stale: a file nobody has locked is
@@ -35,7 +36,7 @@ import time
 import uuid
 from typing import Any
 
-from crowdspark.errors import ConfigError, is_permission_error, one_line
+from crowdspark.errors import ConfigError, OutputBusyError, is_permission_error, one_line
 from crowdspark.io.files import Files
 from crowdspark.io.paths import strip_file_scheme
 
@@ -235,8 +236,8 @@ class OutputLock:
                     os.close(descriptor)
             if outcome == "busy":
                 time.sleep(_POLL)
-        raise ConfigError(f"could not take the lock {self.path!r}: other runs keep taking and releasing it; try "
-                          f"again")
+        raise OutputBusyError(f"could not take the lock {self.path!r}: other runs keep taking and releasing it; "
+                              "try again")
 
     def _take(self, descriptor: int) -> None:
         """Write this run's record into the lock file it has locked (a user's file is left as it is)."""
@@ -312,7 +313,7 @@ class OutputLock:
                 self._judge(data)
                 self._take_over(data)
             created = self._create(self._document())
-        raise ConfigError(f"could not take the lock {self.path!r}: other runs took it meanwhile; try again")
+        raise OutputBusyError(f"could not take the lock {self.path!r}: other runs took it meanwhile; try again")
 
     def _judge(self, data: bytes) -> None:
         """Return if the lock holding ``data`` was left by a run that is gone, else raise why it is kept."""
@@ -412,12 +413,12 @@ class OutputLock:
             f"{self.path!r}, the lock of {self.destination!r}, is {what}; crowdspark neither overwrites nor "
             f"deletes it: move it elsewhere, or write another --output")
 
-    def _held_by(self, record: dict[str, Any] | None) -> ConfigError:
+    def _held_by(self, record: dict[str, Any] | None) -> OutputBusyError:
         if self.kernel:
             after = " (the lock is released when that process ends)"
         else:
             after = f". If no run is active (it was killed on another machine), delete {self.path!r}"
-        return ConfigError(f"another run is writing {self.destination!r} ({_describe(record)}); wait for it to "
+        return OutputBusyError(f"another run is writing {self.destination!r} ({_describe(record)}); wait for it to "
                            f"finish{after}")
 
 

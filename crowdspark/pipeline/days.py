@@ -23,6 +23,7 @@ from crowdspark.config import RunConfig
 from crowdspark.errors import ConfigError, InputError
 from crowdspark.faces import display_key
 from crowdspark.io.column_types import check_column_types
+from crowdspark.io.day_folders import day_folders as _day_folders
 from crowdspark.io.pandas_reader import canonical_frame, read_frame
 from crowdspark.io.paths import resolve_format, strip_file_scheme
 from crowdspark.io.rules import check_columns
@@ -216,16 +217,6 @@ def _spark_day(column: str):
     from pyspark.sql import functions as F
 
     return F.date_format(spark_date(column), "yyyy-MM-dd")
-
-
-def _day_folders(path: str, column: str) -> dict[str, str] | None:
-    """``day text -> folder`` of a local folder of ``<column>=<day>`` folders, ``None`` for any other input."""
-    if not os.path.isdir(path):
-        return None
-    prefix = f"{column}="
-    folders = {name[len(prefix):]: os.path.join(path, name) for name in os.listdir(path)
-               if name.startswith(prefix) and os.path.isdir(os.path.join(path, name))}
-    return folders or None
 
 
 def _folder_fingerprint(folder: str) -> dict[str, int]:

@@ -152,7 +152,7 @@ def _prepare(source: Source, config: RunConfig, labels_path: str, gold_path: str
         timer.lap("read")
         return prepare_spark(spark, config, source.labels_frame, source.gold_frame, labels_path, gold_path, timer,
                              source.input_format, options.inject_task_failure, window)
-    labels, gold = read_pandas(source, config, labels_path, gold_path)
+    labels, gold = read_pandas(source, config, labels_path, gold_path, window)
     timer.lap("read")
     return prepare_frames(config, labels, gold, labels_path, gold_source, timer, window, source.filter_applied)
 
@@ -304,7 +304,7 @@ def _signature(source: Source, labels_path: str, gold_path: str | None, window: 
                spark: Any) -> dict[str, Any]:
     """What the run reads: paths, files, bytes and times (for Spark reads, the files Spark lists, only the
     window's partition folders)."""
-    signature = input_signature(labels_path, gold_path)
+    signature = input_signature(labels_path, gold_path, window)
     frames = (("labels", source.labels_frame, window), ("gold", source.gold_frame, None))
     for what, frame, days in frames:
         listed = spark_files(spark, frame, days) if frame is not None else None

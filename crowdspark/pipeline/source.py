@@ -2,8 +2,9 @@
 
 * ``engine.name = "local"``: pandas reads local files, the local engine fits.
 * ``engine.name = "spark"`` and the input is small (:func:`local_small_input`: local files, no Hive-style
-  partition folders, no ``input.filter``, fewer bytes than ``engine.small_input_bytes``): pandas reads, the
-  local engine fits on the driver, and no SparkSession is needed at all (:func:`needs_spark`).
+  partition folders but, outside incremental nights, one level of ``input.date_column`` day folders
+  (:mod:`crowdspark.io.day_folders`), no ``input.filter``, fewer bytes than ``engine.small_input_bytes``):
+  pandas reads, the local engine fits on the driver, and no SparkSession is needed at all (:func:`needs_spark`).
 * ``engine.name = "spark"``, the input is local files pandas can read, and the master is local: the memory
   rule of :mod:`crowdspark.engine.choice` (the local engine's predicted peak within the driver's budget) picks
   the local engine (pandas reads, no SparkSession) or the Spark engine (:func:`driver_choice`).
@@ -34,6 +35,7 @@ from crowdspark.engine.choice import EngineChoice, choose_engine, driver_master,
 from crowdspark.errors import InputError
 from crowdspark.io.catalog import read_table, table_name, table_provider
 from crowdspark.io.column_types import check_input_types
+from crowdspark.io.day_folders import is_day_partitioned, read_day_folders
 from crowdspark.io.pandas_reader import read_frame
 from crowdspark.io.paths import is_local, resolve_format, resolve_local_paths
 
@@ -94,7 +96,8 @@ def _pandas_files(config: RunConfig, labels_path: str, gold_path: str | None, ou
     if not all(is_local(path) for path in paths if path):
         return None
     files = resolve_local_paths(labels_path, "labels")
-    if _hive_partitioned(labels_path, files):
+    day_folders = config.incremental.mode != "on" and is_day_partitioned(labels_path, config.input.date_column, files)
+    if _hive_partitioned(labels_path, files) and not day_folders:  # incremental nights read days with Spark
         return None
     if gold_path and _hive_partitioned(gold_path, resolve_local_paths(gold_path, "gold")):
         return None
@@ -253,15 +256,21 @@ def _read_spark(spark: Any, path: str, fmt: str, what: str) -> tuple[Any, str]:
     return read_spark_frame(spark, path, fmt, what), fmt
 
 
-def read_pandas(source: Source, config: RunConfig, labels_path: str,
-                gold_path: str | None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """The labels and gold as pandas frames: read with pandas, or collected from what Spark read."""
+def read_pandas(source: Source, config: RunConfig, labels_path: str, gold_path: str | None,
+                window: Any = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The labels and gold as pandas frames: read with pandas (of a folder of ``input.date_column`` day folders,
+    only those of ``window``), or collected from what Spark read."""
     if source.labels_frame is None:
         # workers and labels repeat across row groups and CSV blocks, items seldom: merging per-block
         # dictionaries of items costs more than encoding their strings once (BENCHMARKS.md, "The local engine
         # at 10M labels")
-        labels = read_frame(labels_path, config.input.format, "labels",
-                            dictionary=(config.input.worker, config.input.label))
+        dictionary = (config.input.worker, config.input.label)
+        if config.input.date_column and is_day_partitioned(labels_path, config.input.date_column,
+                                                           resolve_local_paths(labels_path, "labels")):
+            labels = read_day_folders(labels_path, config.input.format, "labels", config.input.date_column,
+                                      dictionary, window.holds_path if window is not None else None)
+        else:
+            labels = read_frame(labels_path, config.input.format, "labels", dictionary=dictionary)
         return labels, read_frame(gold_path, config.gold.format, "gold") if gold_path else None
     from crowdspark.io.spark_reader import to_pandas_strings
 
@@ -290,8 +299,9 @@ def spark_files(spark: Any, frame: Any, window: Any = None) -> dict[str, Any] | 
     return {"files": len(files), "bytes": sum(f[1] for f in files), "modified": max(f[2] for f in files)}
 
 
-def input_signature(labels_path: str, gold_path: str | None) -> dict[str, Any]:
-    """Paths, and for local inputs their number of files, bytes and latest modification time."""
+def input_signature(labels_path: str, gold_path: str | None, window: Any = None) -> dict[str, Any]:
+    """Paths, and for local inputs their number of files, bytes and latest modification time (of the labels,
+    only the files ``window`` may hold, as :func:`spark_files` lists them)."""
     out: dict[str, Any] = {}
     for what, path in (("labels", labels_path), ("gold", gold_path)):
         if path is None:
@@ -300,11 +310,10 @@ def input_signature(labels_path: str, gold_path: str | None) -> dict[str, Any]:
         if is_local(path):
             try:
                 files = resolve_local_paths(path, what)
-                entry.update(
-                    files=len(files),
-                    bytes=sum(os.path.getsize(f) for f in files),
-                    modified=max(os.path.getmtime(f) for f in files),
-                )
+                files = [f for f in files if window is None or what != "labels" or window.holds_path(f)]
+                entry.update(files=len(files), bytes=sum(os.path.getsize(f) for f in files))
+                if files:
+                    entry["modified"] = max(os.path.getmtime(f) for f in files)
             except InputError:
                 pass  # reported by the reader with its own message
         out[what] = entry
