@@ -227,6 +227,32 @@ def test_with_nothing_new_a_night_equals_the_full_refit(lake, tmp_path):
     assert carried_of(tmp_path / "inc", SPEC.date(5)).as_of == SPEC.date(5)
 
 
+def test_a_window_run_and_every_kind_of_night_go_through_the_one_path(lake, tmp_path, monkeypatch):
+    """A window run, a full refit and an incremental night each read, prepare, fit and write through the same
+    functions of crowdspark.pipeline.run; a night without new labels reads nothing to prepare or fit."""
+    from crowdspark.pipeline import run as run_module
+
+    labels, gold, _ = lake
+    calls: list[str] = []
+    for name in ("prepare_reading", "fit_prepared", "write_result"):
+        def spy(*args, _original=getattr(run_module, name), _name=name, **kwargs):
+            calls.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(run_module, name, spy)
+    one_path = ["prepare_reading", "fit_prepared", "write_result"]
+    aggregate(load_config(algorithm="ds", engine_name="local"), str(DATA / "rte" / "labels.csv"),
+              str(tmp_path / "window"))
+    assert calls == one_path
+    for d, kind in ((0, "full refit"), (1, "incremental"), (5, "carried forward")):
+        calls.clear()
+        result = night(config(), labels, tmp_path / "runs", SPEC.date(d), gold=gold)
+        assert result.summary["incremental"]["kind"] == kind
+        assert calls == (one_path if kind != "carried forward" else ["write_result"])
+        if d == 1:  # day 5 continues the chain: days 2 to 4 are fitted by the night of day 4
+            night(config(), labels, tmp_path / "runs", SPEC.date(4), gold=gold)
+
+
 def relabelled_lake(root) -> tuple[str, pd.DataFrame]:
     """Two days; every item of day 1 gets more labels on day 2 (from other workers)."""
     rng = np.random.default_rng(5)
