@@ -10,6 +10,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -593,3 +594,36 @@ def test_a_night_cannot_replace_a_run_it_builds_on(lake, tmp_path):
     full = aggregate(config(), labels, out, gold, warm_start=out, as_of=_dt.date.fromisoformat(SPEC.date(1)),
                      full_refit=True)  # a full refit writes every item: it may replace it
     assert full.summary["items_scope"].startswith("all")
+
+
+# ---- quality signals and the files read, night by night ----------------------------------------------------------
+def test_a_night_writes_the_quality_columns_of_the_items_it_fitted_and_lists_the_days_it_read(lake, tmp_path):
+    from crowdspark.quality import ITEM_COLUMNS
+
+    labels, gold, data = lake
+    out = tmp_path / "runs"
+    for d in range(3):
+        result = night(config(), labels, out, SPEC.date(d), gold=gold)
+    day = SPEC.date(2)
+    items = delta(out, day).set_index("item")
+    assert set(ITEM_COLUMNS) <= set(items.columns)
+    # each fitted item's columns count all its labels up to the night, the earlier ones included
+    upto = data.labels[data.labels["date"] <= day]
+    mine = upto[upto["item"].isin(items.index)]
+    assert items["n_labels"].equals(mine.groupby("item").size().reindex(items.index).astype(items["n_labels"].dtype))
+    same = mine["label"].astype(str).to_numpy() == items.loc[mine["item"], "label"].astype(str).to_numpy()
+    agreement = pd.Series(same, index=mine["item"].to_numpy()).groupby(level=0).mean().reindex(items.index)
+    np.testing.assert_allclose(items["agreement"], agreement, rtol=0, atol=1e-12)
+    queue = delta(out, day, "relabel")
+    assert len(queue) == len(items) and set(queue["item"]) == set(items.index)
+    summary = result.summary
+    assert summary["quality"]["covers"].startswith("the items fitted this night")
+    first = json.loads((out / f"run_id={SPEC.date(0)}" / "summary.json").read_text())
+    assert "covers" not in first["quality"] and set(ITEM_COLUMNS) <= set(delta(out, SPEC.date(0)).columns)
+    # the manifest lists the days read (the new day and the earlier days of its revisited items) and their files
+    read = summary["inputs"]["files"]["labels"]
+    days = sorted({day, *summary["incremental"]["earlier_days"]})
+    assert read["days"] == days and len(days) > 1
+    files = [p for d in days for p in Path(labels).glob(f"date={d}/*") if not p.name.startswith(("_", "."))]
+    assert read["files"] == len(files) and read["bytes"] == sum(p.stat().st_size for p in files)
+    assert summary["inputs"]["files"]["gold"]["files"] == 1

@@ -63,7 +63,7 @@ from crowdspark.pipeline.item_state import (
 from crowdspark.pipeline.manifest import check_new_data, record_inputs, run_manifest
 from crowdspark.pipeline.partitions import PARTITIONS_FILE, compare, describe, payload, read_partitions
 from crowdspark.pipeline.prepare import Prepared
-from crowdspark.pipeline.source import Reading, Source, read_spark_input
+from crowdspark.pipeline.source import Reading, Source, input_signature, read_spark_input
 from crowdspark.pipeline.summary import Timer
 from crowdspark.pipeline.window import Window
 from crowdspark.stats import Stats
@@ -241,6 +241,12 @@ def _refused(config: RunConfig, message: str, previous: str | None) -> NightPlan
     return NightPlan(True, f"{message}; refitted in full (nightly.on_incompatible = \"cold\")", previous)
 
 
+#: what the quality signals of an incremental night are computed over (``summary.json``'s ``quality.covers``)
+QUALITY_COVERS = ("the items fitted this night: items/ and relabel/ hold them; the summary's quality section and "
+                  "workers/'s agreement and spammer columns count their labels only (NaN for a worker without one); "
+                  "relabel_gain weighs the workers by their labels over the whole history")
+
+
 class _Refit(Exception):
     """The new labels show that the night cannot be incremental (a new class)."""
 
@@ -292,7 +298,18 @@ class Night(Fitted):
         return self.saved.params if self.result is None else self.result.params
 
     def items(self):
-        return self.item_table
+        """The items fitted this night (:meth:`Fitted.items`, with the quality columns when the run computes
+        them); a night carried forward: none."""
+        return self.item_table if self.prepared is None else super().items()
+
+    def worker_columns(self) -> dict[str, np.ndarray]:
+        """The fit's worker table; on an incremental night, ``n_labels`` counts each worker's labels over the
+        whole history (the carried ``worker_labels``), so that every worker weighs as in a full fit wherever the
+        table is read (``workers/``, the average confusion of the items' ``relabel_gain``)."""
+        table = super().worker_columns()
+        if self.previous is None:
+            return table
+        return {**table, "n_labels": np.rint(self.carried.worker_labels).astype(np.int64)}
 
     def write_items(self, directory: str, relabel_budget: int = 0) -> WrittenItems | None:
         """A fitted night's item table is its fit's (:meth:`Fitted.write_items`); a night carried forward has
@@ -300,7 +317,7 @@ class Night(Fitted):
         return None if self.prepared is None else super().write_items(directory, relabel_budget)
 
     def workers(self) -> pd.DataFrame:
-        return self.worker_table
+        return self.worker_table if self.prepared is None else super().workers()
 
     def saved_model(self, algorithm: str) -> SavedModel:
         saved = self.saved if self.result is None else super().saved_model(algorithm)
@@ -406,6 +423,20 @@ def _manifest(ctx: _Context, labels_read: int, counts: dict[str, int], window: W
     return manifest
 
 
+def _list_files(manifest: dict[str, Any], ctx: _Context, lake: dict[str, dict[str, int]], days: list[str]) -> None:
+    """Put into the ``manifest``'s ``files`` what the night read: the ``days`` with their files and bytes summed
+    from the ``lake``'s day fingerprints (labels per day for an input not partitioned by day), and the gold's
+    files, bytes and time."""
+    read: dict[str, Any] = {"days": list(days)}
+    for day in days:
+        for key, value in lake.get(day, {}).items():
+            read[key] = read.get(key, 0) + int(value)
+    manifest["files"]["labels"] = read
+    gold = input_signature(None, ctx.gold_path).get("gold")
+    if gold is not None:
+        manifest["files"]["gold"] = {key: value for key, value in gold.items() if key != "path"}
+
+
 # ---- the carry pass and the drift report ---------------------------------------------------------------
 def _carry_pass(fitted: Fitted) -> Stats:
     """The fitted items' contributions at the final parameters (:data:`SUM_KEYS`)."""
@@ -445,13 +476,16 @@ def _report(night: Night, ctx: _Context, kind: str, reason: str, extra: dict[str
     """The summary's ``incremental`` section, and counts of the whole result."""
     carried = night.carried
     counts = night.summary["counts"]
-    counts.update(items=carried.n_items, labels=carried.n_labels, workers=int(night.worker_table.shape[0]))
+    workers = night.workers()
+    counts.update(items=carried.n_items, labels=carried.n_labels, workers=int(workers.shape[0]))
     night.summary["items_scope"] = ITEMS_SCOPE[kind == "full refit"]
     night.summary["incremental"] = {
         "kind": kind, "reason": reason, "previous_run": ctx.previous, "as_of": carried.as_of,
         "full_refit_as_of": carried.full_refit_as_of, "decay": ctx.config.incremental.decay, **extra,
-        "accuracy_moves": _accuracy_moves(ctx, night.worker_table, ctx.previous),
+        "accuracy_moves": _accuracy_moves(ctx, workers, ctx.previous),
     }
+    if kind == "incremental" and "quality" in night.summary:
+        night.summary["quality"]["covers"] = QUALITY_COVERS
     log.info("%s night as of %s: %s", kind, ctx.as_of, reason)
 
 
@@ -585,6 +619,7 @@ class NightSource:
         partitions = ctx.reader.partitions(ctx.as_of)  # listed before the read: a day that arrives later is late
         labels, counts = ctx.reader.range(None, ctx.as_of)
         manifest = _manifest(ctx, sum(counts.values()), counts, Window(ctx.config.input.date_column, None, ctx.as_of))
+        _list_files(manifest, ctx, partitions, sorted(counts))
         self._read = {"labels": labels, "manifest": manifest, "lake": partitions}
         return _reading(ctx, labels, tuple(ctx.config.input.classes), sorted(counts))
 
@@ -601,6 +636,7 @@ class NightSource:
                              late_counts)
         self._read = {"manifest": manifest, "lake": lake, "late_counts": late_counts}
         if not sum(counts.values()):
+            _list_files(manifest, ctx, lake, [])
             return None
         outside = sorted(set(_distinct_labels(new)) - set(plan.saved.classes))
         if outside:
@@ -614,6 +650,7 @@ class NightSource:
         n_revisited, n_earlier, days = revisit_summary(rows)
         earlier = _of_items(ctx.reader.days(days), touched) if days else None
         labels = new if earlier is None else _union(new, earlier)
+        _list_files(manifest, ctx, lake, sorted(set(counts) | set(days)))
         self._read.update(labels=labels, touched=touched, runs=runs, index=index, rows=rows, earlier=earlier,
                           revisited=(n_revisited, n_earlier), days=days)
         return _reading(ctx, labels, plan.saved.classes, sorted(set(counts) | set(days)))
@@ -658,8 +695,8 @@ class NightSource:
         sums = _carry_pass(fitted)
         state = state_table(_resp_table(fitted), read["labels"], ctx.as_of, ctx.spark)
         if self.full:
-            night = Night(fitted.model, fitted.result, fitted.prepared, fitted.summary, item_table=fitted.items(),
-                          worker_table=fitted.workers(), state=state, spark=ctx.spark, partitions=read["lake"],
+            night = Night(fitted.model, fitted.result, fitted.prepared, fitted.summary, fitted.quality,
+                          fitted.spammer_threshold, state=state, spark=ctx.spark, partitions=read["lake"],
                           carried=_carried(sums, ctx.as_of, ctx.as_of.isoformat(), ctx.config))
             _report(night, ctx, "full refit", self.reason, {"items_fitted": night.carried.n_items,
                                                             "labels_fitted": night.carried.n_labels})
@@ -672,10 +709,8 @@ class NightSource:
                           worker_labels=base.worker_labels + sums["worker_labels"],
                           n_items=base.n_items + int(sums["n_items"]), n_labels=base.n_labels + int(sums["n_labels"]),
                           as_of=ctx.as_of.isoformat())
-        workers = fitted.workers()
-        workers["n_labels"] = np.rint(carried.worker_labels).astype(np.int64)
-        night = Night(fitted.model, fitted.result, fitted.prepared, fitted.summary, item_table=fitted.items(),
-                      worker_table=workers, state=state, spark=ctx.spark, partitions=read["lake"],
+        night = Night(fitted.model, fitted.result, fitted.prepared, fitted.summary, fitted.quality,
+                      fitted.spammer_threshold, state=state, spark=ctx.spark, partitions=read["lake"],
                       index=updated_index(read["index"], read["touched"], len(read["runs"]), ctx.spark),
                       previous=self.plan.previous, carried=carried)
         late = read["late_counts"]

@@ -423,8 +423,9 @@ def spark_files(spark: Any, frame: Any, window: Any = None) -> dict[str, Any] | 
     return {"files": len(files), "bytes": sum(f[1] for f in files), "modified": max(f[2] for f in files)}
 
 
-def input_signature(labels_path: str, gold_path: str | None) -> dict[str, Any]:
-    """Paths, and for local inputs their number of files, bytes and latest modification time."""
+def input_signature(labels_path: str | None, gold_path: str | None) -> dict[str, Any]:
+    """Paths, and for local inputs their number of files, bytes and latest modification time (only the inputs
+    whose path is given)."""
     out: dict[str, Any] = {}
     for what, path in (("labels", labels_path), ("gold", gold_path)):
         if path is None:
