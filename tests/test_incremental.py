@@ -219,6 +219,7 @@ def test_with_nothing_new_a_night_equals_the_full_refit(lake, tmp_path):
     result = night(cfg, labels, tmp_path / "inc", SPEC.date(5), gold=gold)  # day 5 has no labels
     assert result.summary["incremental"]["kind"] == "carried forward"
     assert any("no new data since run" in w for w in result.summary["warnings"])
+    assert "quality" not in result.summary and "metrics" not in result.summary  # nothing was evaluated tonight
     full = night(cfg, labels, tmp_path / "full", SPEC.date(5), gold=gold, full_refit=True)
     assert len(result.items) == 0 and len(delta(tmp_path / "inc", SPEC.date(5))) == 0
     assert_same_answers(table(tmp_path / "inc", SPEC.date(5), "items"), full.items)
@@ -626,4 +627,4 @@ def test_a_night_writes_the_quality_columns_of_the_items_it_fitted_and_lists_the
     assert read["days"] == days and len(days) > 1
     files = [p for d in days for p in Path(labels).glob(f"date={d}/*") if not p.name.startswith(("_", "."))]
     assert read["files"] == len(files) and read["bytes"] == sum(p.stat().st_size for p in files)
-    assert summary["inputs"]["files"]["gold"]["files"] == 1
+    assert summary["inputs"]["files"]["gold"]["files"] == 1 and set(summary["inputs"]["files"]) == {"labels", "gold"}

@@ -431,6 +431,7 @@ def _list_files(manifest: dict[str, Any], ctx: _Context, lake: dict[str, dict[st
     for day in days:
         for key, value in lake.get(day, {}).items():
             read[key] = read.get(key, 0) + int(value)
+    manifest["files"].pop("incremental", None)  # the kind of night, not a file (the summary's incremental says it)
     manifest["files"]["labels"] = read
     gold = input_signature(None, ctx.gold_path).get("gold")
     if gold is not None:
@@ -734,7 +735,7 @@ class NightSource:
         summary.update(iterations=0, history=[], converged=True, stop_reason="no new labels: the previous result is "
                        "carried forward", resumed_from_iteration=None, warnings=[], config=ctx.config.to_dict(),
                        timings=ctx.timer.timings)
-        for key in ("metrics", "small_input", "recovered", "warm_start"):
+        for key in ("metrics", "quality", "small_input", "recovered", "warm_start"):  # what tonight did not compute
             summary.pop(key, None)
         model = _model_like(plan.saved, len(plan.saved.workers))
         night = Night(model, None, None, summary, saved=plan.saved, carried=carried, spark=ctx.spark,
