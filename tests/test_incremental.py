@@ -28,6 +28,7 @@ from crowdspark.lake import LakeSpec, make_lake, write_lake
 from crowdspark.models.common import confusion_counts
 from crowdspark.models.registry import ALGORITHMS, build_model, hyperparameters
 from crowdspark.pipeline import aggregate
+from crowdspark.quality import ITEM_COLUMNS
 from tests.helpers import DATA, frames_to_blocks, written_lake
 
 NIGHTLY = ["input.date_column=date", "incremental.mode=on", "ds.tol=1e-10", "ds.max_iter=500", "dds.tol=1e-10",
@@ -451,6 +452,9 @@ def test_spark_nights_give_the_local_nights_answers(spark, lake, tmp_path, small
         x, y = table(tmp_path / "local", SPEC.date(7), name), table(tmp_path / "spark", SPEC.date(7), name)
         assert sorted(x["item"]) == sorted(y["item"])
     assert_same_answers(table(tmp_path / "local", SPEC.date(7), "items"), table(tmp_path / "spark", SPEC.date(7), "items"))
+    x, y = (table(tmp_path / e, SPEC.date(7), "items").set_index("item").sort_index() for e in ("local", "spark"))
+    for column in ITEM_COLUMNS:  # each item's quality columns, from the night that last fitted it
+        np.testing.assert_allclose(x[column].to_numpy(float), y[column].to_numpy(float), rtol=0, atol=1e-9)
     # read with Spark, the whole answer is the same
     assert_same_answers(read_items(str(tmp_path / "spark"), spark).toPandas(), table(tmp_path / "local", SPEC.date(7),
                                                                                   "items"))
@@ -599,8 +603,6 @@ def test_a_night_cannot_replace_a_run_it_builds_on(lake, tmp_path):
 
 # ---- quality signals and the files read, night by night ----------------------------------------------------------
 def test_a_night_writes_the_quality_columns_of_the_items_it_fitted_and_lists_the_days_it_read(lake, tmp_path):
-    from crowdspark.quality import ITEM_COLUMNS
-
     labels, gold, data = lake
     out = tmp_path / "runs"
     for d in range(3):
