@@ -10,6 +10,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,7 @@ from crowdspark.lake import LakeSpec, make_lake, write_lake
 from crowdspark.models.common import confusion_counts
 from crowdspark.models.registry import ALGORITHMS, build_model, hyperparameters
 from crowdspark.pipeline import aggregate
+from crowdspark.quality import ITEM_COLUMNS
 from tests.helpers import DATA, frames_to_blocks, written_lake
 
 NIGHTLY = ["input.date_column=date", "incremental.mode=on", "ds.tol=1e-10", "ds.max_iter=500", "dds.tol=1e-10",
@@ -218,6 +220,7 @@ def test_with_nothing_new_a_night_equals_the_full_refit(lake, tmp_path):
     result = night(cfg, labels, tmp_path / "inc", SPEC.date(5), gold=gold)  # day 5 has no labels
     assert result.summary["incremental"]["kind"] == "carried forward"
     assert any("no new data since run" in w for w in result.summary["warnings"])
+    assert "quality" not in result.summary and "metrics" not in result.summary  # nothing was evaluated tonight
     full = night(cfg, labels, tmp_path / "full", SPEC.date(5), gold=gold, full_refit=True)
     assert len(result.items) == 0 and len(delta(tmp_path / "inc", SPEC.date(5))) == 0
     assert_same_answers(table(tmp_path / "inc", SPEC.date(5), "items"), full.items)
@@ -225,6 +228,32 @@ def test_with_nothing_new_a_night_equals_the_full_refit(lake, tmp_path):
     np.testing.assert_allclose(a["accuracy"], b["accuracy"], atol=1e-6)
     assert a["n_labels"].equals(b["n_labels"])
     assert carried_of(tmp_path / "inc", SPEC.date(5)).as_of == SPEC.date(5)
+
+
+def test_a_window_run_and_every_kind_of_night_go_through_the_one_path(lake, tmp_path, monkeypatch):
+    """A window run, a full refit and an incremental night each read, prepare, fit and write through the same
+    functions of crowdspark.pipeline.run; a night without new labels reads nothing to prepare or fit."""
+    from crowdspark.pipeline import run as run_module
+
+    labels, gold, _ = lake
+    calls: list[str] = []
+    for name in ("prepare_reading", "fit_prepared", "write_result"):
+        def spy(*args, _original=getattr(run_module, name), _name=name, **kwargs):
+            calls.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(run_module, name, spy)
+    one_path = ["prepare_reading", "fit_prepared", "write_result"]
+    aggregate(load_config(algorithm="ds", engine_name="local"), str(DATA / "rte" / "labels.csv"),
+              str(tmp_path / "window"))
+    assert calls == one_path
+    for d, kind in ((0, "full refit"), (1, "incremental"), (5, "carried forward")):
+        calls.clear()
+        result = night(config(), labels, tmp_path / "runs", SPEC.date(d), gold=gold)
+        assert result.summary["incremental"]["kind"] == kind
+        assert calls == (one_path if kind != "carried forward" else ["write_result"])
+        if d == 1:  # day 5 continues the chain: days 2 to 4 are fitted by the night of day 4
+            night(config(), labels, tmp_path / "runs", SPEC.date(4), gold=gold)
 
 
 def relabelled_lake(root) -> tuple[str, pd.DataFrame]:
@@ -423,6 +452,9 @@ def test_spark_nights_give_the_local_nights_answers(spark, lake, tmp_path, small
         x, y = table(tmp_path / "local", SPEC.date(7), name), table(tmp_path / "spark", SPEC.date(7), name)
         assert sorted(x["item"]) == sorted(y["item"])
     assert_same_answers(table(tmp_path / "local", SPEC.date(7), "items"), table(tmp_path / "spark", SPEC.date(7), "items"))
+    x, y = (table(tmp_path / e, SPEC.date(7), "items").set_index("item").sort_index() for e in ("local", "spark"))
+    for column in ITEM_COLUMNS:  # each item's quality columns, from the night that last fitted it
+        np.testing.assert_allclose(x[column].to_numpy(float), y[column].to_numpy(float), rtol=0, atol=1e-9)
     # read with Spark, the whole answer is the same
     assert_same_answers(read_items(str(tmp_path / "spark"), spark).toPandas(), table(tmp_path / "local", SPEC.date(7),
                                                                                   "items"))
@@ -567,3 +599,34 @@ def test_a_night_cannot_replace_a_run_it_builds_on(lake, tmp_path):
     full = aggregate(config(), labels, out, gold, warm_start=out, as_of=_dt.date.fromisoformat(SPEC.date(1)),
                      full_refit=True)  # a full refit writes every item: it may replace it
     assert full.summary["items_scope"].startswith("all")
+
+
+# ---- quality signals and the files read, night by night ----------------------------------------------------------
+def test_a_night_writes_the_quality_columns_of_the_items_it_fitted_and_lists_the_days_it_read(lake, tmp_path):
+    labels, gold, data = lake
+    out = tmp_path / "runs"
+    for d in range(3):
+        result = night(config(), labels, out, SPEC.date(d), gold=gold)
+    day = SPEC.date(2)
+    items = delta(out, day).set_index("item")
+    assert set(ITEM_COLUMNS) <= set(items.columns)
+    # each fitted item's columns count all its labels up to the night, the earlier ones included
+    upto = data.labels[data.labels["date"] <= day]
+    mine = upto[upto["item"].isin(items.index)]
+    assert items["n_labels"].equals(mine.groupby("item").size().reindex(items.index).astype(items["n_labels"].dtype))
+    same = mine["label"].astype(str).to_numpy() == items.loc[mine["item"], "label"].astype(str).to_numpy()
+    agreement = pd.Series(same, index=mine["item"].to_numpy()).groupby(level=0).mean().reindex(items.index)
+    np.testing.assert_allclose(items["agreement"], agreement, rtol=0, atol=1e-12)
+    queue = delta(out, day, "relabel")
+    assert len(queue) == len(items) and set(queue["item"]) == set(items.index)
+    summary = result.summary
+    assert summary["quality"]["covers"].startswith("the items fitted this night")
+    first = json.loads((out / f"run_id={SPEC.date(0)}" / "summary.json").read_text())
+    assert "covers" not in first["quality"] and set(ITEM_COLUMNS) <= set(delta(out, SPEC.date(0)).columns)
+    # the manifest lists the days read (the new day and the earlier days of its revisited items) and their files
+    read = summary["inputs"]["files"]["labels"]
+    days = sorted({day, *summary["incremental"]["earlier_days"]})
+    assert read["days"] == days and len(days) > 1
+    files = [p for d in days for p in Path(labels).glob(f"date={d}/*") if not p.name.startswith(("_", "."))]
+    assert read["files"] == len(files) and read["bytes"] == sum(p.stat().st_size for p in files)
+    assert summary["inputs"]["files"]["gold"]["files"] == 1 and set(summary["inputs"]["files"]) == {"labels", "gold"}

@@ -24,6 +24,7 @@ from crowdspark.errors import RUN_COLD, ConfigError, IncompatibleModelError
 from crowdspark.faces import setting
 from crowdspark.io.rules import Encoding
 from crowdspark.io.saved_model import SavedModel, worker_index_map
+from crowdspark.io.sink import StagedOutput
 from crowdspark.io.tables import item_schema, worker_frame
 from crowdspark.io.worker_table import WorkerTable
 from crowdspark.metrics import metrics_from_stats
@@ -351,6 +352,10 @@ class Fitted:
         """The fitted model in the one saved-model format."""
         return SavedModel(algorithm, model_parameters(self.model), self.encoding.classes, self.encoding.workers,
                           self.model.export_params(self.params), init_stats=self.result.init_stats)
+
+    def write_extra(self, out: StagedOutput) -> None:
+        """Write what this kind of run adds to its result into the staged ``out`` (before ``summary.json``):
+        nothing for a window run; an incremental night's item state (:class:`crowdspark.pipeline.incremental.Night`)."""
 
     def close(self) -> None:
         self.prepared.engine.close()

@@ -44,7 +44,7 @@ from crowdspark.io.sink import StagedOutput
 from crowdspark.models.base import Model
 from crowdspark.models.registry import ALGORITHMS, build_model, model_class, model_parameters
 from crowdspark.pipeline.days import DayReader
-from crowdspark.pipeline.fit import Fitted, RunOptions, fit_prepared
+from crowdspark.pipeline.fit import Fitted, RunOptions
 from crowdspark.pipeline.item_state import (
     STATE_FOLDER,
     index_of,
@@ -60,14 +60,15 @@ from crowdspark.pipeline.item_state import (
     write_index,
     write_state,
 )
-from crowdspark.pipeline.manifest import check_new_data, run_manifest
+from crowdspark.pipeline.manifest import check_new_data, record_inputs, run_manifest
 from crowdspark.pipeline.partitions import PARTITIONS_FILE, compare, describe, payload, read_partitions
-from crowdspark.pipeline.prepare import Prepared, prepare_frames, prepare_spark
+from crowdspark.pipeline.prepare import Prepared
+from crowdspark.pipeline.source import Reading, Source, input_signature, read_spark_input
 from crowdspark.pipeline.summary import Timer
 from crowdspark.pipeline.window import Window
 from crowdspark.stats import Stats
 
-__all__ = ["NightPlan", "Night", "check_incremental_config", "plan_night", "run_night", "FULL_REFIT"]
+__all__ = ["NightPlan", "Night", "NightSource", "check_incremental_config", "plan_night", "FULL_REFIT"]
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +241,12 @@ def _refused(config: RunConfig, message: str, previous: str | None) -> NightPlan
     return NightPlan(True, f"{message}; refitted in full (nightly.on_incompatible = \"cold\")", previous)
 
 
+#: what the quality signals of an incremental night are computed over (``summary.json``'s ``quality.covers``)
+QUALITY_COVERS = ("the items fitted this night: items/ and relabel/ hold them; the summary's quality section and "
+                  "workers/'s agreement and spammer columns count their labels only (NaN for a worker without one); "
+                  "relabel_gain weighs the workers by their labels over the whole history")
+
+
 class _Refit(Exception):
     """The new labels show that the night cannot be incremental (a new class)."""
 
@@ -291,7 +298,18 @@ class Night(Fitted):
         return self.saved.params if self.result is None else self.result.params
 
     def items(self):
-        return self.item_table
+        """The items fitted this night (:meth:`Fitted.items`, with the quality columns when the run computes
+        them); a night carried forward: none."""
+        return self.item_table if self.prepared is None else super().items()
+
+    def worker_columns(self) -> dict[str, np.ndarray]:
+        """The fit's worker table; on an incremental night, ``n_labels`` counts each worker's labels over the
+        whole history (the carried ``worker_labels``), so that every worker weighs as in a full fit wherever the
+        table is read (``workers/``, the average confusion of the items' ``relabel_gain``)."""
+        table = super().worker_columns()
+        if self.previous is None:
+            return table
+        return {**table, "n_labels": np.rint(self.carried.worker_labels).astype(np.int64)}
 
     def write_items(self, directory: str, relabel_budget: int = 0) -> WrittenItems | None:
         """A fitted night's item table is its fit's (:meth:`Fitted.write_items`); a night carried forward has
@@ -299,14 +317,14 @@ class Night(Fitted):
         return None if self.prepared is None else super().write_items(directory, relabel_budget)
 
     def workers(self) -> pd.DataFrame:
-        return self.worker_table
+        return self.worker_table if self.prepared is None else super().workers()
 
     def saved_model(self, algorithm: str) -> SavedModel:
         saved = self.saved if self.result is None else super().saved_model(algorithm)
         return replace(saved, carried=self.carried.to_tree(), source="")
 
-    def write_state(self, out: StagedOutput) -> None:
-        """Write the item state, its index and the chain into the staged result."""
+    def write_extra(self, out: StagedOutput) -> None:
+        """Write the item state, its index, the day partitions read and the chain into the staged result."""
         path = out.path(f"{STATE_FOLDER}/items")
         write_state(self.state, path, self.spark)
         index = self.index
@@ -381,32 +399,17 @@ def _small(ctx: _Context, days: list[str]) -> dict[str, Any] | None:
     return {"input_bytes": size, "threshold": threshold, "reader": "spark"}
 
 
-def _prepare(ctx: _Context, labels: Any, classes: tuple[str, ...], days: list[str]) -> tuple[Prepared, dict | None]:
-    """Validate the labels (canonical ``item``, ``worker``, ``label``) and hold their blocks in an engine."""
-    from crowdspark.io.pandas_reader import read_frame
-
+def _reading(ctx: _Context, labels: Any, classes: tuple[str, ...], days: list[str]) -> Reading:
+    """What the night read for the one prepare step: its labels (canonical ``item``, ``worker``, ``label``) with
+    the configuration that prepares them, the engine that fits them, and the gold."""
     config = replace(ctx.config, input=replace(ctx.config.input, item="item", worker="worker", label="label",
                                                  classes=classes, filter="", date_column="", window_days=0))
-    gold_source = ctx.gold_path or "<none>"
+    if not ctx.reader.distributed:
+        return Reading(Source(engine="local"), config, labels=labels[["item", "worker", "label"]])
     small = _small(ctx, days)
-    if ctx.reader.distributed and small is None:
-        from crowdspark.io.spark_reader import read_spark_frame
-
-        gold = read_spark_frame(ctx.spark, ctx.gold_path, config.gold.format, "gold") if ctx.gold_path else None
-        return prepare_spark(ctx.spark, config, labels, gold, ctx.labels_path, ctx.gold_path, ctx.timer,
-                             None, ctx.options.inject_task_failure), None
-    if ctx.reader.distributed:
-        from crowdspark.io.spark_reader import read_spark_frame, to_pandas_strings
-
-        labels = to_pandas_strings(labels, ["item", "worker", "label"], "labels", ctx.labels_path)
-        gold = None
-        if ctx.gold_path:
-            frame = read_spark_frame(ctx.spark, ctx.gold_path, config.gold.format, "gold")
-            gold = to_pandas_strings(frame, [config.gold.item, config.gold.truth], "gold", ctx.gold_path)
-    else:
-        gold = read_frame(ctx.gold_path, config.gold.format, "gold") if ctx.gold_path else None
-    return prepare_frames(config, labels[["item", "worker", "label"]], gold, ctx.labels_path, gold_source,
-                          ctx.timer), small
+    gold = read_spark_input(ctx.spark, ctx.gold_path, config.gold.format, "gold")[0] if ctx.gold_path else None
+    return Reading(Source(engine="spark" if small is None else "local", small_input=small, labels_frame=labels,
+                          gold_frame=gold), config)
 
 
 def _manifest(ctx: _Context, labels_read: int, counts: dict[str, int], window: Window,
@@ -418,6 +421,21 @@ def _manifest(ctx: _Context, labels_read: int, counts: dict[str, int], window: W
                             ctx.spark)
     check_new_data(manifest, ctx.config.nightly.on_no_new_data, None)
     return manifest
+
+
+def _list_files(manifest: dict[str, Any], ctx: _Context, lake: dict[str, dict[str, int]], days: list[str]) -> None:
+    """Put into the ``manifest``'s ``files`` what the night read: the ``days`` with their files and bytes summed
+    from the ``lake``'s day fingerprints (labels per day for an input not partitioned by day), and the gold's
+    files, bytes and time."""
+    read: dict[str, Any] = {"days": list(days)}
+    for day in days:
+        for key, value in lake.get(day, {}).items():
+            read[key] = read.get(key, 0) + int(value)
+    manifest["files"].pop("incremental", None)  # the kind of night, not a file (the summary's incremental says it)
+    manifest["files"]["labels"] = read
+    gold = input_signature(None, ctx.gold_path).get("gold")
+    if gold is not None:
+        manifest["files"]["gold"] = {key: value for key, value in gold.items() if key != "path"}
 
 
 # ---- the carry pass and the drift report ---------------------------------------------------------------
@@ -459,43 +477,17 @@ def _report(night: Night, ctx: _Context, kind: str, reason: str, extra: dict[str
     """The summary's ``incremental`` section, and counts of the whole result."""
     carried = night.carried
     counts = night.summary["counts"]
-    counts.update(items=carried.n_items, labels=carried.n_labels, workers=int(night.worker_table.shape[0]))
+    workers = night.workers()
+    counts.update(items=carried.n_items, labels=carried.n_labels, workers=int(workers.shape[0]))
     night.summary["items_scope"] = ITEMS_SCOPE[kind == "full refit"]
     night.summary["incremental"] = {
         "kind": kind, "reason": reason, "previous_run": ctx.previous, "as_of": carried.as_of,
         "full_refit_as_of": carried.full_refit_as_of, "decay": ctx.config.incremental.decay, **extra,
-        "accuracy_moves": _accuracy_moves(ctx, night.worker_table, ctx.previous),
+        "accuracy_moves": _accuracy_moves(ctx, workers, ctx.previous),
     }
+    if kind == "incremental" and "quality" in night.summary:
+        night.summary["quality"]["covers"] = QUALITY_COVERS
     log.info("%s night as of %s: %s", kind, ctx.as_of, reason)
-
-
-# ---- the three kinds of night ----------------------------------------------------------------------------------
-def _full_refit(ctx: _Context, reason: str) -> Night:
-    partitions = ctx.reader.partitions(ctx.as_of)  # listed before the read: a day that arrives later is late
-    labels, counts = ctx.reader.range(None, ctx.as_of)
-    manifest = _manifest(ctx, sum(counts.values()), counts, Window(ctx.config.input.date_column, None, ctx.as_of))
-    prepared, small = _prepare(ctx, labels, tuple(ctx.config.input.classes), sorted(counts))
-    fitted = fit_prepared(ctx.config, prepared, ctx.options)
-    try:
-        sums = _carry_pass(fitted)
-        night = Night(fitted.model, fitted.result, prepared, fitted.summary, item_table=fitted.items(),
-                      worker_table=fitted.workers(), state=state_table(_resp_table(fitted), labels, ctx.as_of, ctx.spark),
-                      carried=_carried(sums, ctx.as_of, ctx.as_of.isoformat(), ctx.config), spark=ctx.spark,
-                      partitions=partitions)
-    except BaseException:
-        fitted.close()
-        raise
-    _finish(night, ctx, manifest, small)
-    _report(night, ctx, "full refit", reason, {"items_fitted": night.carried.n_items,
-                                               "labels_fitted": night.carried.n_labels})
-    return night
-
-
-def _finish(night: Night, ctx: _Context, manifest: dict[str, Any], small: dict | None) -> None:
-    night.summary["inputs"] = manifest
-    night.summary["warnings"] = manifest.pop("warnings") + night.summary["warnings"]
-    if small is not None:
-        night.summary["small_input"] = small
 
 
 def _base(plan: NightPlan, encoding: Encoding, earlier: Stats, decay: float, days: int) -> Carried:
@@ -562,104 +554,6 @@ def _late_labels(ctx: _Context, late: list[str]) -> tuple[Any, dict[str, int]]:
     return frame, {str(day): int(n) for day, n in sorted(counts)}
 
 
-def _incremental(ctx: _Context, plan: NightPlan) -> Night:
-    carried, saved, config = plan.carried, plan.saved, ctx.config
-    start = _dt.date.fromisoformat(carried.as_of) + _dt.timedelta(days=1)
-    lake, late = _late_days(ctx, plan)
-    new, counts = ctx.reader.range(start, ctx.as_of)
-    late_counts: dict[str, int] = {}
-    if late:
-        late_frame, late_counts = _late_labels(ctx, late)
-        new, counts = _union(new, late_frame), dict(sorted({**counts, **late_counts}.items()))
-    manifest = _manifest(ctx, sum(counts.values()), counts, Window(config.input.date_column, start, ctx.as_of),
-                         late_counts)
-    if not sum(counts.values()):
-        return _carried_forward(ctx, plan, manifest, lake)
-    outside = sorted(set(_distinct_labels(new)) - set(saved.classes))
-    if outside:
-        raise _Refit(f"the new days bring label(s) {outside[:10]} outside the previous run's classes "
-                     f"{list(saved.classes)}")
-    touched = _touched(new)
-    spark = ctx.spark if ctx.reader.distributed else None
-    runs = chain_runs(plan.previous, spark)
-    index = read_index(plan.previous, spark)
-    rows = state_rows(index, touched, runs, ctx.spark)
-    n_revisited, n_earlier, days = revisit_summary(rows)
-    earlier = _of_items(ctx.reader.days(days), touched) if days else None
-    labels = new if earlier is None else _union(new, earlier)
-    prepared, small = _prepare(ctx, labels, saved.classes, sorted(set(counts) | set(days)))
-    try:
-        _with_previous_workers(prepared, saved)
-        enc = prepared.encoding
-        model = _model_like(saved, enc.n_workers)
-        width = int(carried.item_sums.shape[0])
-        removed = previous_sums(earlier, rows, enc, ctx.as_of, config.incremental.decay, width) if days else {}
-        found = (int(removed.get("n_items", 0)), int(removed.get("n_labels", 0)))
-        if found != (n_revisited, n_earlier):
-            raise InputError(
-                f"the earlier labels of the refitted items are not those the previous run fitted: {found[0]} items "
-                f"and {found[1]} labels on the days {days[:10]}, where it recorded {n_revisited} and {n_earlier}; "
-                f"labels of a day were added or removed after a run read it; {FULL_REFIT}"
-            )
-        elapsed = (ctx.as_of - _dt.date.fromisoformat(carried.as_of)).days
-        base = _base(plan, enc, removed, config.incremental.decay, elapsed)
-        options = replace(ctx.options, warm_start=saved,
-                          carried=carried_stats(model, base.label_sums, base.item_sums))
-    except BaseException:
-        prepared.engine.close()
-        raise
-    fitted = fit_prepared(config, prepared, options)
-    try:
-        if model_parameters(fitted.model) != model_parameters(model):
-            raise IncompatibleModelError(f"the fitted model differs from the previous run's; {FULL_REFIT}")
-        sums = _carry_pass(fitted)
-        new_carried = replace(base, label_sums=base.label_sums + sums["label_sums"],
-                              item_sums=base.item_sums + sums["item_sums"],
-                              worker_labels=base.worker_labels + sums["worker_labels"],
-                              n_items=base.n_items + int(sums["n_items"]), n_labels=base.n_labels + int(sums["n_labels"]),
-                              as_of=ctx.as_of.isoformat())
-        workers = fitted.workers()
-        workers["n_labels"] = np.rint(new_carried.worker_labels).astype(np.int64)
-        night = Night(fitted.model, fitted.result, prepared, fitted.summary, item_table=fitted.items(),
-                      worker_table=workers, state=state_table(_resp_table(fitted), labels, ctx.as_of, ctx.spark),
-                      index=updated_index(index, touched, len(runs), ctx.spark), previous=plan.previous,
-                      carried=new_carried, spark=ctx.spark, partitions=lake)
-    except BaseException:
-        fitted.close()
-        raise
-    _finish(night, ctx, manifest, small)
-    _report(night, ctx, "incremental", plan.reason, {
-        "items_fitted": int(sums["n_items"]), "labels_fitted": int(sums["n_labels"]),
-        "items_revisited": n_revisited, "earlier_days": days, "decay_factor": config.incremental.decay ** elapsed,
-        "metrics_cover": "the items fitted this night", "late_days": sorted(late_counts),
-        "late_labels": sum(late_counts.values()),
-    })
-    return night
-
-
-def _carried_forward(ctx: _Context, plan: NightPlan, manifest: dict[str, Any], lake: dict[str, Any]) -> Night:
-    """A night without new labels: the previous result, with its carried summary decayed to this night."""
-    previous, distributed = plan.previous.rstrip("/"), ctx.reader.distributed
-    spark = ctx.spark if distributed else None
-    summary = json.loads(_read_bytes(f"{previous}/summary.json", spark).decode("utf-8"))
-    elapsed = (ctx.as_of - _dt.date.fromisoformat(plan.carried.as_of)).days
-    carried = replace(plan.carried.decayed(ctx.config.incremental.decay ** elapsed), as_of=ctx.as_of.isoformat())
-    workers = _small_frame(read_table(f"{previous}/workers", spark, "the previous run's workers"))
-    summary.update(iterations=0, history=[], converged=True, stop_reason="no new labels: the previous result is "
-                   "carried forward", resumed_from_iteration=None, warnings=[], config=ctx.config.to_dict(),
-                   timings=ctx.timer.timings)
-    for key in ("metrics", "small_input", "recovered", "warm_start"):
-        summary.pop(key, None)
-    model = _model_like(plan.saved, len(plan.saved.workers))
-    night = Night(model, None, None, summary, saved=plan.saved, carried=carried, spark=ctx.spark, worker_table=workers,
-                  item_table=_no_rows(f"{previous}/items", spark), state=_no_rows(state_path(previous), spark),
-                  index=read_index(previous, spark), previous=plan.previous, partitions=lake)
-    _finish(night, ctx, manifest, None)
-    _report(night, ctx, "carried forward", "no labels on the days after the previous run",
-            {"items_fitted": 0, "labels_fitted": 0, "decay_factor": ctx.config.incremental.decay ** elapsed})
-    return night
-
-
 def _no_rows(path: str, spark: Any) -> Any:
     """The table at ``path`` without its rows (its schema only; nothing is read but metadata)."""
     if spark is not None:
@@ -677,33 +571,178 @@ def _read_bytes(path: str, spark: Any) -> bytes:
     return files_for(path, spark).read_bytes(path)
 
 
-def run_night(config: RunConfig, labels_path: str, gold_path: str | None, spark: Any, run_id: str | None,
-              as_of: _dt.date, plan: NightPlan, *, warm_path: str | None, options: RunOptions,
-              timer: Timer) -> Night:
-    """Run the night ``plan`` describes (read, fit, and build every table the run writes).
+# ---- the night's source: the days it reads, and what it adds to the one path ------------------------------------
+class NightSource:
+    """The source of an incremental night (:class:`crowdspark.pipeline.source.RunSource`): the days the night
+    reads, and the hooks through which the one path of every run (:func:`crowdspark.pipeline.run.fit_source`)
+    fits them with the carried statistics and builds the night's state tables.
+
+    A full refit reads every day up to the as-of date; an incremental night the days after the previous run, its
+    late days and the earlier days of the items they touch (a night whose labels show it cannot be incremental,
+    such as a new class, is refitted in full after ``nightly.on_incompatible``, or refused); a night without new
+    labels reads nothing (:meth:`without_fit` carries the previous result forward).
 
     Raises
     ------
-    IncompatibleModelError
-        When the new labels show that the night cannot be incremental (a new class) and
-        ``nightly.on_incompatible = "fail"``.
+    ConfigError
+        When the previous run is not on a local path and the local engine runs.
     """
-    if plan.previous is not None and not is_local(plan.previous) and config.engine.name == "local":
-        raise ConfigError(f"the previous run {plan.previous!r} is not on a local path: the local engine reads it with "
-                          "pandas; run on the spark engine")
-    options = replace(options, inputs={**options.inputs, "incremental": {"previous": plan.previous,
-                                                                         "full": plan.full}})
-    ctx = _Context(config, labels_path, gold_path, spark, run_id, as_of, warm_path, plan.previous, options, timer,
-                   DayReader(config, labels_path, spark))
-    if plan.full:
-        return _full_refit(ctx, plan.reason)
-    try:
-        return _incremental(ctx, plan)
-    except _Refit as refit:
-        message = f"cannot continue incrementally from the previous run {plan.previous!r}: {refit}"
-        if config.nightly.on_incompatible == "fail":
-            raise IncompatibleModelError(f"{message}; {FULL_REFIT}") from None
-        log.warning("%s; refitting in full (nightly.on_incompatible = \"cold\")", message)
-        ctx.reader = DayReader(config, labels_path, spark)
-        return _full_refit(ctx, f"{message}; refitted in full (nightly.on_incompatible = \"cold\")")
 
+    def __init__(self, config: RunConfig, labels_path: str, gold_path: str | None, spark: Any, run_id: str | None,
+                 as_of: _dt.date, plan: NightPlan, *, warm_path: str | None, options: RunOptions,
+                 timer: Timer) -> None:
+        if plan.previous is not None and not is_local(plan.previous) and config.engine.name == "local":
+            raise ConfigError(f"the previous run {plan.previous!r} is not on a local path: the local engine reads it "
+                              "with pandas; run on the spark engine")
+        self.options = replace(options, inputs={**options.inputs, "incremental": {"previous": plan.previous,
+                                                                                  "full": plan.full}})
+        self.ctx = _Context(config, labels_path, gold_path, spark, run_id, as_of, warm_path, plan.previous,
+                            self.options, timer, DayReader(config, labels_path, spark))
+        self.plan, self.full, self.reason = plan, plan.full, plan.reason
+        self._read: dict[str, Any] = {}
+
+    # ---- read ------------------------------------------------------------------------------------------------
+    def read(self) -> Reading | None:
+        if not self.full:
+            try:
+                return self._read_incremental()
+            except _Refit as refit:
+                message = f"cannot continue incrementally from the previous run {self.plan.previous!r}: {refit}"
+                if self.ctx.config.nightly.on_incompatible == "fail":
+                    raise IncompatibleModelError(f"{message}; {FULL_REFIT}") from None
+                log.warning("%s; refitting in full (nightly.on_incompatible = \"cold\")", message)
+                self.ctx.reader = DayReader(self.ctx.config, self.ctx.labels_path, self.ctx.spark)
+                self.full, self.reason = True, f"{message}; refitted in full (nightly.on_incompatible = \"cold\")"
+        return self._read_full()
+
+    def _read_full(self) -> Reading:
+        ctx = self.ctx
+        partitions = ctx.reader.partitions(ctx.as_of)  # listed before the read: a day that arrives later is late
+        labels, counts = ctx.reader.range(None, ctx.as_of)
+        manifest = _manifest(ctx, sum(counts.values()), counts, Window(ctx.config.input.date_column, None, ctx.as_of))
+        _list_files(manifest, ctx, partitions, sorted(counts))
+        self._read = {"labels": labels, "manifest": manifest, "lake": partitions}
+        return _reading(ctx, labels, tuple(ctx.config.input.classes), sorted(counts))
+
+    def _read_incremental(self) -> Reading | None:
+        ctx, plan = self.ctx, self.plan
+        start = _dt.date.fromisoformat(plan.carried.as_of) + _dt.timedelta(days=1)
+        lake, late = _late_days(ctx, plan)
+        new, counts = ctx.reader.range(start, ctx.as_of)
+        late_counts: dict[str, int] = {}
+        if late:
+            late_frame, late_counts = _late_labels(ctx, late)
+            new, counts = _union(new, late_frame), dict(sorted({**counts, **late_counts}.items()))
+        manifest = _manifest(ctx, sum(counts.values()), counts, Window(ctx.config.input.date_column, start, ctx.as_of),
+                             late_counts)
+        self._read = {"manifest": manifest, "lake": lake, "late_counts": late_counts}
+        if not sum(counts.values()):
+            _list_files(manifest, ctx, lake, [])
+            return None
+        outside = sorted(set(_distinct_labels(new)) - set(plan.saved.classes))
+        if outside:
+            raise _Refit(f"the new days bring label(s) {outside[:10]} outside the previous run's classes "
+                         f"{list(plan.saved.classes)}")
+        touched = _touched(new)
+        spark = ctx.spark if ctx.reader.distributed else None
+        runs = chain_runs(plan.previous, spark)
+        index = read_index(plan.previous, spark)
+        rows = state_rows(index, touched, runs, ctx.spark)
+        n_revisited, n_earlier, days = revisit_summary(rows)
+        earlier = _of_items(ctx.reader.days(days), touched) if days else None
+        labels = new if earlier is None else _union(new, earlier)
+        _list_files(manifest, ctx, lake, sorted(set(counts) | set(days)))
+        self._read.update(labels=labels, touched=touched, runs=runs, index=index, rows=rows, earlier=earlier,
+                          revisited=(n_revisited, n_earlier), days=days)
+        return _reading(ctx, labels, plan.saved.classes, sorted(set(counts) | set(days)))
+
+    def manifest(self, prepared: Prepared) -> dict[str, Any]:
+        return self._read["manifest"]
+
+    # ---- fit -------------------------------------------------------------------------------------------------
+    def fit_options(self, prepared: Prepared) -> RunOptions:
+        """A full refit's options; an incremental night's add the previous run's parameters as the start and the
+        carried statistics of the items it does not refit, in this night's worker order (the previous run's
+        workers without a label tonight are kept)."""
+        if self.full:
+            return self.options
+        plan, config, read = self.plan, self.ctx.config, self._read
+        _with_previous_workers(prepared, plan.saved)
+        enc = prepared.encoding
+        model = _model_like(plan.saved, enc.n_workers)
+        width = int(plan.carried.item_sums.shape[0])
+        days = read["days"]
+        removed = previous_sums(read["earlier"], read["rows"], enc, self.ctx.as_of, config.incremental.decay,
+                                width) if days else {}
+        found = (int(removed.get("n_items", 0)), int(removed.get("n_labels", 0)))
+        n_revisited, n_earlier = read["revisited"]
+        if found != (n_revisited, n_earlier):
+            raise InputError(
+                f"the earlier labels of the refitted items are not those the previous run fitted: {found[0]} items "
+                f"and {found[1]} labels on the days {days[:10]}, where it recorded {n_revisited} and {n_earlier}; "
+                f"labels of a day were added or removed after a run read it; {FULL_REFIT}"
+            )
+        elapsed = (self.ctx.as_of - _dt.date.fromisoformat(plan.carried.as_of)).days
+        base = _base(plan, enc, removed, config.incremental.decay, elapsed)
+        read.update(model=model, base=base, elapsed=elapsed)
+        return replace(self.options, warm_start=plan.saved,
+                       carried=carried_stats(model, base.label_sums, base.item_sums))
+
+    # ---- finish ----------------------------------------------------------------------------------------------
+    def finish(self, fitted: Fitted) -> Night:
+        """The night from its fit: the carried statistics it passes on, the item state of the items it fitted,
+        the index of the chain, and the summary's ``incremental`` section."""
+        ctx, read = self.ctx, self._read
+        sums = _carry_pass(fitted)
+        state = state_table(_resp_table(fitted), read["labels"], ctx.as_of, ctx.spark)
+        if self.full:
+            night = Night(fitted.model, fitted.result, fitted.prepared, fitted.summary, fitted.quality,
+                          fitted.spammer_threshold, state=state, spark=ctx.spark, partitions=read["lake"],
+                          carried=_carried(sums, ctx.as_of, ctx.as_of.isoformat(), ctx.config))
+            _report(night, ctx, "full refit", self.reason, {"items_fitted": night.carried.n_items,
+                                                            "labels_fitted": night.carried.n_labels})
+            return night
+        model, base = read["model"], read["base"]
+        if model_parameters(fitted.model) != model_parameters(model):
+            raise IncompatibleModelError(f"the fitted model differs from the previous run's; {FULL_REFIT}")
+        carried = replace(base, label_sums=base.label_sums + sums["label_sums"],
+                          item_sums=base.item_sums + sums["item_sums"],
+                          worker_labels=base.worker_labels + sums["worker_labels"],
+                          n_items=base.n_items + int(sums["n_items"]), n_labels=base.n_labels + int(sums["n_labels"]),
+                          as_of=ctx.as_of.isoformat())
+        night = Night(fitted.model, fitted.result, fitted.prepared, fitted.summary, fitted.quality,
+                      fitted.spammer_threshold, state=state, spark=ctx.spark, partitions=read["lake"],
+                      index=updated_index(read["index"], read["touched"], len(read["runs"]), ctx.spark),
+                      previous=self.plan.previous, carried=carried)
+        late = read["late_counts"]
+        _report(night, ctx, "incremental", self.plan.reason, {
+            "items_fitted": int(sums["n_items"]), "labels_fitted": int(sums["n_labels"]),
+            "items_revisited": read["revisited"][0], "earlier_days": read["days"],
+            "decay_factor": ctx.config.incremental.decay ** read["elapsed"],
+            "metrics_cover": "the items fitted this night", "late_days": sorted(late),
+            "late_labels": sum(late.values()),
+        })
+        return night
+
+    def without_fit(self) -> Night:
+        """A night without new labels: the previous result, with its carried summary decayed to this night."""
+        ctx, plan = self.ctx, self.plan
+        previous, spark = plan.previous.rstrip("/"), ctx.spark if ctx.reader.distributed else None
+        summary = json.loads(_read_bytes(f"{previous}/summary.json", spark).decode("utf-8"))
+        elapsed = (ctx.as_of - _dt.date.fromisoformat(plan.carried.as_of)).days
+        carried = replace(plan.carried.decayed(ctx.config.incremental.decay ** elapsed), as_of=ctx.as_of.isoformat())
+        workers = _small_frame(read_table(f"{previous}/workers", spark, "the previous run's workers"))
+        summary.update(iterations=0, history=[], converged=True, stop_reason="no new labels: the previous result is "
+                       "carried forward", resumed_from_iteration=None, warnings=[], config=ctx.config.to_dict(),
+                       timings=ctx.timer.timings)
+        for key in ("metrics", "quality", "small_input", "recovered", "warm_start"):  # what tonight did not compute
+            summary.pop(key, None)
+        model = _model_like(plan.saved, len(plan.saved.workers))
+        night = Night(model, None, None, summary, saved=plan.saved, carried=carried, spark=ctx.spark,
+                      worker_table=workers, item_table=_no_rows(f"{previous}/items", spark),
+                      state=_no_rows(state_path(previous), spark), index=read_index(previous, spark),
+                      previous=plan.previous, partitions=self._read["lake"])
+        record_inputs(summary, self._read["manifest"])
+        _report(night, ctx, "carried forward", "no labels on the days after the previous run",
+                {"items_fitted": 0, "labels_fitted": 0, "decay_factor": ctx.config.incremental.decay ** elapsed})
+        return night

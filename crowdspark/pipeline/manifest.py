@@ -22,7 +22,7 @@ from crowdspark.io.runs import LATEST, latest_run_before
 from crowdspark.pipeline.prepare import Prepared
 from crowdspark.pipeline.window import Window
 
-__all__ = ["check_checkpoint_dir", "resolve_warm_start", "run_manifest", "check_new_data"]
+__all__ = ["check_checkpoint_dir", "resolve_warm_start", "run_manifest", "check_new_data", "record_inputs"]
 
 log = logging.getLogger(__name__)
 
@@ -229,3 +229,15 @@ def check_new_data(manifest: dict[str, Any], policy: str, prepared: Prepared | N
                          " (nightly.on_no_new_data = \"fail\"); check that the day's labels arrived")
     log.warning("%s", message)
     manifest.setdefault("warnings", []).append(message)
+
+
+def record_inputs(summary: dict[str, Any], manifest: dict[str, Any], source: Any = None) -> None:
+    """Put what a run read into its ``summary``: ``inputs`` (the ``manifest``), the manifest's warnings first
+    among the summary's, and from the :class:`crowdspark.pipeline.source.Source` that read it ``small_input``
+    and ``engine_choice`` when it has them."""
+    summary["inputs"] = manifest
+    summary["warnings"] = manifest.pop("warnings") + summary["warnings"]
+    if source is not None and source.small_input is not None:
+        summary["small_input"] = source.small_input
+    if source is not None and source.choice is not None:
+        summary["engine_choice"] = source.choice

@@ -45,9 +45,9 @@ RELABEL_ORDER = (("margin", True), ("confidence", True), ("item", True))
 
 
 def quality_on(config: RunConfig) -> bool:
-    """Whether the run computes its quality signals: ``quality.enabled``, and not an incremental night (whose
-    tables merge carried items written without them; docs/decisions/0168-incremental-no-quality.md)."""
-    return config.quality.enabled and config.incremental.mode == "off"
+    """Whether the run computes its quality signals (``quality.enabled``).  An incremental night computes them
+    over the items it fitted (docs/decisions/0264-night-quality-fitted-items.md)."""
+    return config.quality.enabled
 
 
 def worker_quality(stats: Stats, threshold: float) -> dict[str, np.ndarray]:

@@ -40,28 +40,16 @@ from crowdspark.pipeline.fit import (
     check_table_start,
     fit_prepared,
 )
-from crowdspark.pipeline.incremental import NightPlan, check_incremental_config, plan_night, run_night
-from crowdspark.pipeline.manifest import (
-    check_checkpoint_dir,
-    check_new_data,
-    resolve_warm_start,
-    run_manifest,
-)
+from crowdspark.pipeline.incremental import NightPlan, NightSource, check_incremental_config, plan_night
+from crowdspark.pipeline.manifest import check_checkpoint_dir, record_inputs, resolve_warm_start
 from crowdspark.pipeline.prepare import Prepared, prepare_frames, prepare_spark
-from crowdspark.pipeline.source import (
-    Source,
-    choose_source,
-    input_signature,
-    read_pandas,
-    spark_files,
-)
+from crowdspark.pipeline.source import Reading, RunSource, WindowSource, read_pandas
 from crowdspark.pipeline.progress import progress
 from crowdspark.pipeline.publish import publish_run
 from crowdspark.pipeline.summary import Timer
-from crowdspark.pipeline.window import Window
 from crowdspark.pipeline.write import write_result
 
-__all__ = ["RunResult", "aggregate", "aggregate_frames", "fit_frames", "preflight"]
+__all__ = ["RunResult", "aggregate", "aggregate_frames", "fit_frames", "fit_source", "prepare_reading", "preflight"]
 
 log = logging.getLogger(__name__)
 
@@ -145,16 +133,46 @@ def aggregate_frames(
         fitted.close()
 
 
-def _prepare(source: Source, config: RunConfig, labels_path: str, gold_path: str | None, timer: Timer,
-             spark: Any, options: RunOptions, window: Window | None) -> Prepared:
-    gold_source = gold_path or "<none>"
+def prepare_reading(reading: Reading, labels_path: str, gold_path: str | None, timer: Timer, spark: Any,
+                    options: RunOptions) -> Prepared:
+    """The one prepare step of every run: validate and encode what a source read, and hold its blocks in the
+    engine the source chose (Spark's frames in a Spark engine, else pandas frames in a local engine)."""
+    source, config = reading.source, reading.config
     if source.engine == "spark":
         timer.lap("read")
         return prepare_spark(spark, config, source.labels_frame, source.gold_frame, labels_path, gold_path, timer,
-                             source.input_format, options.inject_task_failure, window)
-    labels, gold = read_pandas(source, config, labels_path, gold_path, window)
+                             source.input_format, options.inject_task_failure, reading.window)
+    labels, gold = read_pandas(source, config, labels_path, gold_path, reading.window, labels=reading.labels)
     timer.lap("read")
-    return prepare_frames(config, labels, gold, labels_path, gold_source, timer, window, source.filter_applied)
+    return prepare_frames(config, labels, gold, labels_path, gold_path or "<none>", timer, reading.window,
+                          source.filter_applied)
+
+
+def fit_source(source: RunSource, config: RunConfig, labels_path: str, gold_path: str | None, spark: Any,
+               timer: Timer) -> Fitted:
+    """The one path of every run, a window or an incremental night: read (:meth:`RunSource.read`) -> prepare
+    (:func:`prepare_reading`) -> fit and evaluate (:func:`crowdspark.pipeline.fit.fit_prepared`, with the
+    source's :meth:`~RunSource.fit_options`) -> the run's result (:meth:`~RunSource.finish`).  The result is
+    written by :func:`crowdspark.pipeline.write.write_result`; the engine stays open (close the result)."""
+    with progress("read", f"reading the labels at {labels_path}"):
+        reading = source.read()
+    if reading is None:
+        return source.without_fit()
+    with progress("prepare", f"preparing the labels at {labels_path} ({reading.source.engine} engine)"):
+        prepared = prepare_reading(reading, labels_path, gold_path, timer, spark, source.options)
+    try:
+        manifest = source.manifest(prepared)
+        options = source.fit_options(prepared)
+    except BaseException:
+        prepared.engine.close()
+        raise
+    fitted = fit_prepared(config, prepared, options)
+    try:
+        record_inputs(fitted.summary, manifest, reading.source)
+        return source.finish(fitted)
+    except BaseException:
+        fitted.close()
+        raise
 
 
 @dataclass(frozen=True)
@@ -300,27 +318,6 @@ def aggregate(
     return result
 
 
-def _signature(source: Source, labels_path: str, gold_path: str | None, window: Window | None,
-               spark: Any) -> dict[str, Any]:
-    """What the run reads: paths, files, bytes and times (for Spark reads, the files Spark lists, only the
-    window's partition folders)."""
-    signature = input_signature(labels_path, gold_path, window)
-    frames = (("labels", source.labels_frame, window), ("gold", source.gold_frame, None))
-    for what, frame, days in frames:
-        listed = spark_files(spark, frame, days) if frame is not None else None
-        if listed is not None:
-            signature[what] = {"path": signature[what]["path"], **listed}
-    for what, entry in signature.items():
-        if "files" in entry:
-            log.info("%s at %s: %d file(s), %s bytes%s", what, entry["path"], entry["files"],
-                     f"{entry['bytes']:,}", f" in {window.describe()}" if what == "labels" and window else "")
-    return signature
-
-
-def _table_path(plan: _Plan) -> str | None:
-    return plan.table.source if plan.table is not None else None
-
-
 def _locks(destination: str | None, config: RunConfig, spark: Any) -> list[OutputLock]:
     """One writer per output and per ``engine.checkpoint_dir``: the locks the run holds until it is done."""
     stale = config.nightly.lock_stale_hours * 3600
@@ -332,45 +329,22 @@ def _locks(destination: str | None, config: RunConfig, spark: Any) -> list[Outpu
     return locks
 
 
-def _fit_window(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
-                run_id: str | None, plan: _Plan, options: RunOptions | None, timer: Timer) -> Fitted:
-    """Read the run's window, fit it, and record what was read."""
-    window = Window.of(config, plan.as_of)
-    source = choose_source(config, labels_path, gold_path, output_dir, plan.warm_path or _table_path(plan), spark,
-                           window, master=options.master if options else None)
-    # the run id is part of the inputs: a checkpoint left by another night's run is never resumed
-    options = replace(options or RunOptions(), warm_start=plan.saved, initial_workers=plan.table,
-                      inputs={**_signature(source, labels_path, gold_path, window, spark), "run_id": run_id})
-    with progress("prepare", f"reading the labels at {labels_path} ({source.engine} engine)"):
-        prepared = _prepare(source, config, labels_path, gold_path, timer, spark, options, window)
-    manifest = run_manifest(prepared.inputs, options.inputs, run_id, plan.as_of, window, plan.warm_path,
-                            plan.previous_path, spark)
-    check_new_data(manifest, config.nightly.on_no_new_data, prepared)
-    fitted = fit_prepared(config, prepared, options)
-    fitted.summary["inputs"] = manifest
-    fitted.summary["warnings"] = manifest.pop("warnings") + fitted.summary["warnings"]
-    if source.small_input is not None:
-        fitted.summary["small_input"] = source.small_input
-    if source.choice is not None:
-        fitted.summary["engine_choice"] = source.choice
-    return fitted
-
-
 def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path: str | None, spark: Any,
          run_id: str | None, plan: _Plan, options: RunOptions | None, recovered: str | None) -> RunResult:
     timer = Timer()
-    extra = None
+    options = options or RunOptions()
+    source: RunSource
     if plan.night is None:
-        fitted = _fit_window(config, labels_path, output_dir, gold_path, spark, run_id, plan, options, timer)
-    else:  # incremental.mode = "on": crowdspark.pipeline.incremental reads, fits and builds the tables
+        source = WindowSource(config, labels_path, gold_path, output_dir, spark, run_id, plan.as_of, plan.warm_path,
+                              plan.saved, plan.table, plan.previous_path, options)
+    else:  # incremental.mode = "on": the night's days, carried statistics and state tables
         # the paths only: the days read are the manifest's (listing every file of the lake grows with it)
         paths = {"labels": {"path": labels_path}, "gold": {"path": gold_path}}
-        night_options = replace(options or RunOptions(), warm_start=plan.saved, initial_workers=plan.table,
-                                inputs={**paths, "run_id": run_id})
-        with progress("night", f"incremental night {run_id or plan.as_of}: reading its days and fitting them"):
-            fitted = run_night(config, labels_path, gold_path, spark, run_id, plan.as_of, plan.night,
-                               warm_path=plan.warm_path, options=night_options, timer=timer)
-        extra = fitted.write_state
+        options = replace(options, warm_start=plan.saved, initial_workers=plan.table,
+                          inputs={**paths, "run_id": run_id})
+        source = NightSource(config, labels_path, gold_path, spark, run_id, plan.as_of, plan.night,
+                             warm_path=plan.warm_path, options=options, timer=timer)
+    fitted = fit_source(source, config, labels_path, gold_path, spark, timer)
     if plan.warm_cold_reason is not None:
         fitted.summary["warm_start"] = {"source": None, "used": False, "reason": plan.warm_cold_reason}
     if recovered is not None:
@@ -378,7 +352,7 @@ def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path:
     try:
         items, workers = fitted.items(), fitted.workers()
         if plan.destination is not None:
-            write_result(fitted, items, workers, plan.destination, config, spark, extra)
+            write_result(fitted, items, workers, plan.destination, config, spark)
         local = not _is_spark_frame(items)
         result = RunResult(summary=fitted.summary, item_table=items if local else None,
                            workers=workers if local else None,

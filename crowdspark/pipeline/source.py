@@ -23,10 +23,11 @@ then collected like small files.
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 import os
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 import pandas as pd
 
@@ -38,9 +39,15 @@ from crowdspark.io.column_types import check_input_types
 from crowdspark.io.day_folders import is_day_partitioned, read_day_folders
 from crowdspark.io.pandas_reader import read_frame
 from crowdspark.io.paths import is_local, resolve_format, resolve_local_paths
+from crowdspark.io.saved_model import SavedModel
+from crowdspark.io.worker_table import WorkerTable
+from crowdspark.pipeline.fit import Fitted, RunOptions
+from crowdspark.pipeline.manifest import check_new_data, run_manifest
+from crowdspark.pipeline.prepare import Prepared
+from crowdspark.pipeline.window import Window
 
-__all__ = ["Source", "choose_source", "needs_spark", "local_small_input", "driver_choice", "input_signature",
-           "spark_files"]
+__all__ = ["Source", "Reading", "RunSource", "WindowSource", "choose_source", "needs_spark", "local_small_input",
+           "driver_choice", "input_signature", "spark_files", "read_spark_input"]
 
 log = logging.getLogger(__name__)
 
@@ -224,10 +231,10 @@ def choose_source(
         return Source(engine="local", choice=choice.to_dict())
     if spark is None:
         raise ValueError("the spark engine needs a SparkSession")
-    labels, input_format = _read_spark(spark, labels_path, config.input.format, "labels")
+    labels, input_format = read_spark_input(spark, labels_path, config.input.format, "labels")
     if window is not None and table_name(labels_path):
         labels = window.filter_spark(labels, labels_path)  # before any listing: Spark prunes the partitions
-    gold = _read_spark(spark, gold_path, config.gold.format, "gold")[0] if gold_path else None
+    gold = read_spark_input(spark, gold_path, config.gold.format, "gold")[0] if gold_path else None
     small = _spark_small_input(spark, config, labels)
     if small is not None:
         log.info(
@@ -245,7 +252,7 @@ def choose_source(
                   input_format=input_format, choice=choice.to_dict())
 
 
-def _read_spark(spark: Any, path: str, fmt: str, what: str) -> tuple[Any, str]:
+def read_spark_input(spark: Any, path: str, fmt: str, what: str) -> tuple[Any, str]:
     """``(frame, format)``: a catalog table (its provider as the format) or the files at ``path``."""
     name = table_name(path)
     if name is not None:
@@ -257,20 +264,22 @@ def _read_spark(spark: Any, path: str, fmt: str, what: str) -> tuple[Any, str]:
 
 
 def read_pandas(source: Source, config: RunConfig, labels_path: str, gold_path: str | None,
-                window: Any = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+                window: Any = None, labels: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The labels and gold as pandas frames: read with pandas (of a folder of ``input.date_column`` day folders,
-    only those of ``window``), or collected from what Spark read."""
+    only those of ``window``), or collected from what Spark read (``labels``: labels pandas has already read,
+    e.g. a night's days)."""
     if source.labels_frame is None:
-        # workers and labels repeat across row groups and CSV blocks, items seldom: merging per-block
-        # dictionaries of items costs more than encoding their strings once (BENCHMARKS.md, "The local engine
-        # at 10M labels")
-        dictionary = (config.input.worker, config.input.label)
-        if config.input.date_column and is_day_partitioned(labels_path, config.input.date_column,
-                                                           resolve_local_paths(labels_path, "labels")):
-            labels = read_day_folders(labels_path, config.input.format, "labels", config.input.date_column,
-                                      dictionary, window.holds_path if window is not None else None)
-        else:
-            labels = read_frame(labels_path, config.input.format, "labels", dictionary=dictionary)
+        if labels is None:
+            # workers and labels repeat across row groups and CSV blocks, items seldom: merging per-block
+            # dictionaries of items costs more than encoding their strings once (BENCHMARKS.md, "The local
+            # engine at 10M labels")
+            dictionary = (config.input.worker, config.input.label)
+            if config.input.date_column and is_day_partitioned(labels_path, config.input.date_column,
+                                                               resolve_local_paths(labels_path, "labels")):
+                labels = read_day_folders(labels_path, config.input.format, "labels", config.input.date_column,
+                                          dictionary, window.holds_path if window is not None else None)
+            else:
+                labels = read_frame(labels_path, config.input.format, "labels", dictionary=dictionary)
         return labels, read_frame(gold_path, config.gold.format, "gold") if gold_path else None
     from crowdspark.io.spark_reader import to_pandas_strings
 
@@ -281,6 +290,130 @@ def read_pandas(source: Source, config: RunConfig, labels_path: str, gold_path: 
     if source.gold_frame is None:
         return labels, None
     return labels, to_pandas_strings(source.gold_frame, [config.gold.item, config.gold.truth], "gold", gold_path)
+
+
+# ---- the sources of a run: what every run reads, and the hooks a night adds --------------------------------------
+@dataclass(frozen=True)
+class Reading:
+    """What a run's source has read, for the one prepare step of every run
+    (:func:`crowdspark.pipeline.run.prepare_reading`).
+
+    Attributes
+    ----------
+    source : Source
+        The engine that fits, and what Spark read (``labels_frame``, ``gold_frame``).
+    config : RunConfig
+        The configuration the labels are prepared with (a night's: the canonical columns of its day reads).
+    labels : DataFrame, optional
+        Labels pandas has already read (a night's days on the local engine); ``None``: the prepare step reads
+        the input (or collects ``source.labels_frame``).
+    window : Window, optional
+        The days the prepare step keeps (``None``: every row read).
+    """
+
+    source: Source
+    config: RunConfig
+    labels: pd.DataFrame | None = None
+    window: Window | None = None
+
+
+class RunSource(Protocol):
+    """Where a run's labels come from, and what a kind of run adds to the one path
+    (:func:`crowdspark.pipeline.run.fit_source`: read -> prepare -> fit and evaluate -> finish -> write).
+
+    A window run (:class:`WindowSource`) adds nothing; an incremental night
+    (:class:`crowdspark.pipeline.incremental.NightSource`) adds its carried statistics to the fit and its item
+    state, index and chain to what the run writes.
+    """
+
+    #: the options of the fit (test hooks, the warm start, the inputs that fingerprint a checkpoint)
+    options: RunOptions
+
+    def read(self) -> Reading | None:
+        """Choose the reader and engine and read what Spark reads; ``None``: nothing to fit (a night without new
+        labels, whose result is :meth:`without_fit`)."""
+
+    def manifest(self, prepared: Prepared) -> dict[str, Any]:
+        """``summary.json``'s ``inputs`` (with ``warnings``), after ``nightly.on_no_new_data``."""
+
+    def fit_options(self, prepared: Prepared) -> RunOptions:
+        """The fit's options for the ``prepared`` labels (a night: with its carried statistics)."""
+
+    def finish(self, fitted: Fitted) -> Fitted:
+        """The run's result from its fit (a night: with its state tables)."""
+
+    def without_fit(self) -> Fitted:
+        """The run's result when :meth:`read` found nothing to fit."""
+
+
+class WindowSource:
+    """The source of a run that is not an incremental night: the input's labels in the run's window
+    (``input.window_days`` days of ``input.date_column``, or every label), read by the reader
+    :func:`choose_source` picks.
+
+    Parameters
+    ----------
+    config : RunConfig
+    labels_path, gold_path, output_dir : str
+    spark : SparkSession, optional
+    run_id : str, optional
+    as_of : date
+    warm_path : str, optional
+        The warm start's path (``saved``, its model), or the worker table's (``table``).
+    previous_path : str, optional
+        The run the manifest compares this one with.
+    options : RunOptions
+    """
+
+    def __init__(self, config: RunConfig, labels_path: str, gold_path: str | None, output_dir: str | None,
+                 spark: Any, run_id: str | None, as_of: _dt.date, warm_path: str | None, saved: SavedModel | None,
+                 table: WorkerTable | None, previous_path: str | None, options: RunOptions) -> None:
+        self.config, self.labels_path, self.gold_path, self.output_dir = config, labels_path, gold_path, output_dir
+        self.spark, self.run_id, self.as_of, self.warm_path = spark, run_id, as_of, warm_path
+        self.previous_path = previous_path
+        self.start_path = warm_path or (table.source if table is not None else None)
+        self.window = Window.of(config, as_of)
+        self.options = replace(options, warm_start=saved, initial_workers=table)
+
+    def read(self) -> Reading:
+        source = choose_source(self.config, self.labels_path, self.gold_path, self.output_dir, self.start_path,
+                               self.spark, self.window, master=self.options.master)
+        # the run id is part of the inputs: a checkpoint left by another night's run is never resumed
+        signature = _signature(source, self.labels_path, self.gold_path, self.window, self.spark)
+        self.options = replace(self.options, inputs={**signature, "run_id": self.run_id})
+        return Reading(source, self.config, window=self.window)
+
+    def manifest(self, prepared: Prepared) -> dict[str, Any]:
+        manifest = run_manifest(prepared.inputs, self.options.inputs, self.run_id, self.as_of, self.window,
+                                self.warm_path, self.previous_path, self.spark)
+        check_new_data(manifest, self.config.nightly.on_no_new_data, None)
+        return manifest
+
+    def fit_options(self, prepared: Prepared) -> RunOptions:
+        return self.options
+
+    def finish(self, fitted: Fitted) -> Fitted:
+        return fitted
+
+    def without_fit(self) -> Fitted:
+        raise AssertionError("a window run always has labels to fit (an empty window is an input error)")
+
+
+def _signature(source: Source, labels_path: str, gold_path: str | None, window: Window | None,
+               spark: Any) -> dict[str, Any]:
+    """What the run reads: paths, files, bytes and times (for Spark reads, the files Spark lists, only the
+    window's partition folders)."""
+    signature = input_signature(labels_path, gold_path, window)
+    frames = (("labels", source.labels_frame, window), ("gold", source.gold_frame, None))
+    for what, frame, days in frames:
+        listed = spark_files(spark, frame, days) if frame is not None else None
+        if listed is not None:
+            signature[what] = {"path": signature[what]["path"], **listed}
+    for what, entry in signature.items():
+        if "files" in entry:
+            log.info("%s at %s: %d file(s), %s bytes%s", what, entry["path"], entry["files"],
+                     f"{entry['bytes']:,}", f" in {window.describe()}" if what == "labels" and window else "")
+    return signature
 
 
 def spark_files(spark: Any, frame: Any, window: Any = None) -> dict[str, Any] | None:
@@ -299,9 +432,9 @@ def spark_files(spark: Any, frame: Any, window: Any = None) -> dict[str, Any] | 
     return {"files": len(files), "bytes": sum(f[1] for f in files), "modified": max(f[2] for f in files)}
 
 
-def input_signature(labels_path: str, gold_path: str | None, window: Any = None) -> dict[str, Any]:
-    """Paths, and for local inputs their number of files, bytes and latest modification time (of the labels,
-    only the files ``window`` may hold, as :func:`spark_files` lists them)."""
+def input_signature(labels_path: str | None, gold_path: str | None, window: Any = None) -> dict[str, Any]:
+    """Paths, and for local inputs their number of files, bytes and latest modification time (only the inputs
+    whose path is given; of the labels, only the files ``window`` may hold, as :func:`spark_files` lists them)."""
     out: dict[str, Any] = {}
     for what, path in (("labels", labels_path), ("gold", gold_path)):
         if path is None:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -34,7 +33,7 @@ def _written_items(items: Any, written: WrittenItems | None, directory: str, fmt
 
 
 def write_result(fitted: Fitted, items: Any, workers: pd.DataFrame, destination: str, config: RunConfig,
-                 spark: Any = None, extra: Callable[[StagedOutput], None] | None = None) -> None:
+                 spark: Any = None) -> None:
     """Write the run (its ``items`` and ``workers`` tables, :meth:`Fitted.items` and :meth:`Fitted.workers`) to
     ``destination`` and add the ``write`` phase to ``fitted.summary["timings"]``.
 
@@ -45,8 +44,8 @@ def write_result(fitted: Fitted, items: Any, workers: pd.DataFrame, destination:
     whole table inside one task; docs/decisions/0107-worker-table-from-driver.md), else with Spark;
     ``relabel/`` from
     the rows the item-writing tasks kept, when they kept any (a pandas table, written like the worker table),
-    else from the item table (:func:`_written_items`).  ``extra`` writes more entries into the staged result
-    before ``summary.json`` (an incremental night's item state).
+    else from the item table (:func:`_written_items`).  :meth:`Fitted.write_extra` writes what the kind of run
+    adds before ``summary.json`` (an incremental night's item state).
     """
     start = time.perf_counter()
     fmt = config.output.format
@@ -60,8 +59,7 @@ def write_result(fitted: Fitted, items: Any, workers: pd.DataFrame, destination:
             write_table(queue, out.path("relabel"), fmt, spark, schema=RELABEL_SCHEMA)
         for name, data in model_files(fitted.saved_model(config.algorithm)).items():
             out.write_bytes(f"{MODEL_FOLDER}/{name}", data)
-        if extra is not None:
-            extra(out)
+        fitted.write_extra(out)
         fitted.summary["timings"]["write"] = round(time.perf_counter() - start, 4)
         out.write_json("summary.json", fitted.summary)
         out.commit()
