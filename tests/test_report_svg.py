@@ -151,3 +151,16 @@ def test_a_figure_has_no_reference_outside_itself():
     assert "labels on gold" in _texts(svg)
     colours = {p.get("stroke") for p in _parse(svg).iter("path") if p.get("stroke-linecap") == "round"}
     assert len(colours) > 5  # each point coloured by its value
+
+
+def test_heatmaps_of_many_classes_turn_their_ticks_and_drop_cell_text():
+    classes = [f"class {k} " + "x" * (3 * k) for k in range(20)]
+    many = figures.crowd_confusion(np.full((20, 20), 0.05), classes)
+    texts = _texts(many.svg())
+    assert not [t for t in texts if t == "0.05"]  # over 12 classes, no values in the cells
+    turned = [t for t in _parse(many.svg()).iter("text") if "rotate(-90" in (t.get("transform") or "")]
+    assert len(turned) >= 20 + 2  # the column names, the y label and the colour bar's label
+    assert "class 19 " + "x" * 30 + "\u2026" in texts and classes[19] in _titles(many.svg())  # cut to 40
+    few = figures.worker_confusions(np.full((1, 9, 9), np.nan), ["w (most labels)"], classes[:9])
+    assert "class 0 " not in _texts(few.svg())  # over 8 classes, the small heatmaps name none
+    assert "P(label | true class)" in _texts(few.svg())
