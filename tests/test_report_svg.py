@@ -161,6 +161,8 @@ def test_heatmaps_of_many_classes_turn_their_ticks_and_drop_cell_text():
     turned = [t for t in _parse(many.svg()).iter("text") if "rotate(-90" in (t.get("transform") or "")]
     assert len(turned) >= 20 + 2  # the column names, the y label and the colour bar's label
     assert "class 19 " + "x" * 30 + "\u2026" in texts and classes[19] in _titles(many.svg())  # cut to 40
-    few = figures.worker_confusions(np.full((1, 9, 9), np.nan), ["w (most labels)"], classes[:9])
+    title = "L" * 100 + " (most labels)"
+    few = figures.worker_confusions(np.full((1, 9, 9), np.nan), [title], classes[:9])
     assert "class 0 " not in _texts(few.svg())  # over 8 classes, the small heatmaps name none
+    assert "L" * 27 + "\u2026" in _texts(few.svg()) and title in _titles(few.svg())  # the worker's title cut
     assert "P(label | true class)" in _texts(few.svg())

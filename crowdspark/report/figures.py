@@ -151,7 +151,7 @@ def worker_confusions(matrices: np.ndarray, titles: list[str], classes: list[str
     figure = Figure(columns=min(len(matrices), 4), bar=scale)
     for matrix, title in zip(matrices, titles):
         panel = figure.add(Panel(side, side + 20, xlabel="label given", ylabel="true class",
-                                 title=visible(title, DRAWN_NAME // 2 + 8)))
+                                 title=title, title_limit=DRAWN_NAME // 2 + 8))
         panel.heatmap(np.nan_to_num(matrix, nan=0.0), shown, shown, scale, cell_text=len(classes) <= 4, limit=12)
     return figure
 

@@ -187,6 +187,8 @@ class Panel:
     width, height : int
         Size in px, labels and legend included.
     xlabel, ylabel, title : str
+    title_limit : int
+        Characters of the title drawn (the whole title is kept in a ``<title>``).
     xlog, ylog : bool
         Logarithmic axes (values <= 0 are left out).
     xlim, ylim : tuple of float, optional
@@ -198,6 +200,7 @@ class Panel:
     xlabel: str = ""
     ylabel: str = ""
     title: str = ""
+    title_limit: int = 60
     xlog: bool = False
     ylog: bool = False
     xlim: tuple[float, float] | None = None
@@ -390,7 +393,7 @@ class Panel:
                f'<rect {frame} fill="none" stroke="#333" stroke-width="0.8"/>', self._ticks_svg(x, y, xticks, yticks,
                                                                                                 rotate), legend]
         if self.title:
-            out.append(_text((x.start + x.end) / 2, 6 + LABEL, self.title, LABEL, limit=60))
+            out.append(_text((x.start + x.end) / 2, 6 + LABEL, self.title, LABEL, limit=self.title_limit))
         out.append(_text((x.start + x.end) / 2, self.height - 8, self.xlabel, LABEL, limit=110))
         out.append(_text(8 + LABEL, (y.start + y.end) / 2, self.ylabel, LABEL, limit=60, rotate=-90))
         return "".join(out)
