@@ -206,13 +206,13 @@ class Panel:
     xlim: tuple[float, float] | None = None
     ylim: tuple[float, float] | None = None
     legend: list[_Entry] = field(default_factory=list)
-    _marks: list[_Draw] = field(default_factory=list)
-    _xs: list[np.ndarray] = field(default_factory=list)
-    _ys: list[np.ndarray] = field(default_factory=list)
-    _tight_x: bool = False
-    _zero_y: bool = False
-    _xticks: tuple[np.ndarray, list[str], float, int] | None = None
-    _categories: tuple[list[str], list[str], int] | None = None
+    _marks: list[_Draw] = field(default_factory=list, init=False, repr=False)
+    _xs: list[np.ndarray] = field(default_factory=list, init=False, repr=False)
+    _ys: list[np.ndarray] = field(default_factory=list, init=False, repr=False)
+    _tight_x: bool = field(default=False, init=False, repr=False)
+    _zero_y: bool = field(default=False, init=False, repr=False)
+    _xticks: tuple[np.ndarray, list[str], float, int] | None = field(default=None, init=False, repr=False)
+    _categories: tuple[list[str], list[str], int] | None = field(default=None, init=False, repr=False)
 
     # -- marks -------------------------------------------------------------------------------------------------
     def bars(self, edges: np.ndarray, counts: np.ndarray, label: str | None = None, colour: str = PALETTE[0],
