@@ -74,8 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with incremental.mode = \"on\": fit every day up to the as-of date instead of continuing "
                           "the previous run incrementally (the next nights continue from this one)")
     agg.add_argument("--report", action="store_true",
-                     help="also write the run report, report.html, into the result directory (a local --output; "
-                          "needs the report extra: matplotlib)")
+                     help="also write the run report, report.html, into the result directory (a local --output)")
     agg.add_argument("--status-file", metavar="PATH",
                      help="also write the run's outcome there as JSON, atomically, whether it succeeds or fails "
                           "(status, exit code, retryable, error, counts, error vs gold, missing days, drift): "

@@ -20,8 +20,6 @@ from crowdspark.report.facts import collect, gold_confusion, spotlight_workers
 from crowdspark.report.history import DRIFT_FLOORS, collect_history, drift_flags
 from crowdspark.report.history_page import HISTORY_SECTIONS, history_figures
 
-pytest.importorskip("matplotlib")
-
 LOCAL = ["--engine", "local", "--quiet"]
 
 
@@ -167,7 +165,7 @@ def test_the_history_holds_each_nights_numbers(nightly):
 
 @pytest.mark.slow
 def test_a_drifting_worker_is_flagged_and_every_history_figure_is_labelled(nightly):
-    import matplotlib.pyplot as plt
+    from tests.test_report import assert_labelled
 
     history = collect_history(str(nightly))
     drifting = ["w0000", "w0001"]  # the lake's drifting workers (crowdspark.lake.Lake.drifting)
@@ -175,12 +173,9 @@ def test_a_drifting_worker_is_flagged_and_every_history_figure_is_labelled(night
     assert not history.drift[[c for c in history.workers.columns if c not in drifting]].any().any()
     drawn = history_figures(history)
     assert set(drawn) == {"error", "agreement", "queue", "workers"}
-    try:
-        for name, fig in drawn.items():
-            for ax in fig.axes:
-                assert ax.get_xlabel() and ax.get_ylabel() and ax.get_legend() is not None, name
-    finally:
-        plt.close("all")
+    for name, fig in drawn.items():
+        assert_labelled(name, fig)
+        assert all(panel.legend for panel in fig.panels), name
     page = (nightly / HISTORY_FILE).read_text(encoding="utf-8")
     assert "flagged value(s)" in _section(page, "drift")
 

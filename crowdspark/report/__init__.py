@@ -50,18 +50,15 @@ def is_report_page(path: str) -> bool:
 
 
 def check_report_target(output: str) -> None:
-    """Refuse, before a run, an ``--output`` the report cannot be written beside, or a missing matplotlib.
+    """Refuse, before a run, an ``--output`` the report cannot be written beside.
 
     Raises
     ------
     ConfigError
     """
-    from crowdspark.report.figures import pyplot
-
     if not is_local(output):
         raise ConfigError(f"--report writes the page into --output on the driver's disk, but --output is "
                           f"{output!r}; drop --report and run crowdspark report on a local copy of the result")
-    pyplot()
 
 
 def build_report(run_dir: str, gold: str | None = None) -> str:
@@ -77,16 +74,14 @@ def build_report(run_dir: str, gold: str | None = None) -> str:
     Raises
     ------
     ConfigError
-        When matplotlib is missing or ``run_dir`` is not local.
+        When ``run_dir`` is not local.
     InputError
         When ``run_dir`` holds no run.
     """
     from crowdspark.report.facts import collect
-    from crowdspark.report.figures import pyplot
     from crowdspark.report.page import render
     from crowdspark.report.tables import resolve_run_dir
 
-    pyplot()
     return render(collect(resolve_run_dir(run_dir), gold))
 
 
@@ -203,14 +198,12 @@ def build_history(root: str) -> str:
     Raises
     ------
     ConfigError
-        When matplotlib is missing or ``root`` is not a local run root.
+        When ``root`` is not a local run root.
     """
-    from crowdspark.report.figures import pyplot
     from crowdspark.report.history import collect_history
     from crowdspark.report.history_page import render_history
 
     local = _run_root(root)
-    pyplot()
     return render_history(collect_history(local))
 
 

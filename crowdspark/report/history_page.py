@@ -34,20 +34,19 @@ HISTORY_SECTIONS = (
 
 
 def history_figures(history: History) -> dict[str, Any]:
-    """The history's figures by name (matplotlib figures, text literal)."""
+    """The history's figures by name (:class:`crowdspark.report.svg.Figure`)."""
     nights, drift = history.nights, history.drift
     out: dict[str, Any] = {}
-    with figures.literal_text():
-        if nights["error_rate"].notna().any():
-            out["error"] = figures.series(nights, ["error_rate"], "error rate on held-out gold", drift)
-        if nights["krippendorff_alpha"].notna().any():
-            out["agreement"] = figures.series(nights, ["krippendorff_alpha"], "Krippendorff's alpha", drift)
-        counted = [c for c in ("spammers", "relabel") if nights[c].notna().any()]
-        if counted:
-            out["queue"] = figures.series(nights, counted, "workers / items")
-        if len(history.workers.columns):
-            out["workers"] = figures.series(history.workers, list(history.workers.columns), "estimated accuracy",
-                                            drift)
+    if nights["error_rate"].notna().any():
+        out["error"] = figures.series(nights, ["error_rate"], "error rate on held-out gold", drift)
+    if nights["krippendorff_alpha"].notna().any():
+        out["agreement"] = figures.series(nights, ["krippendorff_alpha"], "Krippendorff's alpha", drift)
+    counted = [c for c in ("spammers", "relabel") if nights[c].notna().any()]
+    if counted:
+        out["queue"] = figures.series(nights, counted, "workers / items")
+    if len(history.workers.columns):
+        out["workers"] = figures.series(history.workers, list(history.workers.columns), "estimated accuracy",
+                                        drift)
     return out
 
 
@@ -112,7 +111,7 @@ def _table_section(history: History) -> str:
 
 def render_history(history: History) -> str:
     """The whole history page."""
-    svgs = {name: figures.to_svg(fig, name) for name, fig in history_figures(history).items()}
+    svgs = {name: fig.svg() for name, fig in history_figures(history).items()}
     alpha = MEANINGS["krippendorff_alpha"]
     bodies = {
         "nights": _nights_section(history),

@@ -159,13 +159,7 @@ def crowd_matrix(workers: pd.DataFrame, n_classes: int) -> np.ndarray:
 
 
 def build_figures(facts: RunFacts) -> dict[str, Any]:
-    """Every figure the run's data allows, by name (matplotlib figures, not yet rendered), their text literal
-    (names from the data are drawn as they are: :func:`figures.literal_text`)."""
-    with figures.literal_text(), figures.pyplot().rc_context({"figure.max_open_warning": 0}):
-        return _figures(facts)
-
-
-def _figures(facts: RunFacts) -> dict[str, Any]:
+    """Every figure the run's data allows, by name (:class:`crowdspark.report.svg.Figure`, not yet rendered)."""
     summary, items, workers = facts.summary, facts.items, facts.workers
     out: dict[str, Any] = {}
     if summary.get("history"):
@@ -493,7 +487,7 @@ _RENDER = {"convergence": _convergence_section, "confidence": _confidence_sectio
 
 def render(facts: RunFacts) -> str:
     """The whole page for ``facts``."""
-    svgs = {name: figures.to_svg(fig, name) for name, fig in build_figures(facts).items()}
+    svgs = {name: fig.svg() for name, fig in build_figures(facts).items()}
     s = facts.summary
     title = f"crowdspark run report: {s.get('algorithm')} on {s.get('counts', {}).get('items', 0):,} items"
     nav = "".join(f'<a href="#{sid}">{html.escape(head)}</a>' for sid, head in SECTIONS)
