@@ -23,7 +23,6 @@ from crowdspark.models.base import checked_worker_table
 from crowdspark.models.registry import algorithm_names, build_model, model_class
 from crowdspark.pipeline import aggregate
 from crowdspark.stats import sum_stats
-from tests.conftest import full_suite
 from tests.helpers import DATA, fitted_answers, frames_to_blocks
 
 SEED = 3
@@ -189,12 +188,6 @@ def test_a_worker_table_without_a_skill_column_is_refused_naming_the_model(frame
         checked_worker_table(short(**vars(model)), result.params, result.init_stats)
 
 
-#: the models whose report every suite draws: a model reaches the report only through its tables (a worker
-#: table with ``confusion`` or only ``accuracy``, per-level accuracies, item columns ``level`` and ``epsilon``),
-#: and these cover every kind; the full tier draws every model's (about 6 CPU seconds each, matplotlib's)
-REPORT_EVERY_SUITE = ("ds", "one-coin", "glad", "idbla", "fixed-idbla")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", algorithm_names())
 def test_each_model_runs_the_whole_pipeline(tmp_path, name):
@@ -210,8 +203,6 @@ def test_each_model_runs_the_whole_pipeline(tmp_path, name):
     assert {"confusion", "accuracy"} & set(workers.columns)
     items = pd.read_parquet(out / "items")
     assert len(items) == summary["counts"]["items"] and items["confidence"].between(0, 1 + 1e-9).all()
-    if name not in REPORT_EVERY_SUITE and not full_suite():
-        return
     from crowdspark.report import write_report
 
     page = write_report(str(out))
