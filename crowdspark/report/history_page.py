@@ -119,8 +119,8 @@ def render_history(history: History) -> str:
         "error": _series_section(svgs, "error", f"{MEANINGS['error_rate'][0]}; drifting nights ringed in red",
                                  "no night was run with --gold, so there is no error against gold"),
         "agreement": _series_section(svgs, "agreement", f"{alpha[0]}. A good value: {alpha[1]}",
-                                     "no night computed quality statistics (quality.enabled = false, or incremental "
-                                     "nights), so there is no alpha"),
+                                     "no night computed quality statistics (quality.enabled = false, or nights "
+                                     "without new labels), so there is no alpha"),
         "queue": _series_section(svgs, "queue", "workers flagged spammer, and rows of the night's relabel queue "
                                                 "(at most relabel.budget)",
                                  "no night flagged spammers or wrote a relabel queue"),
