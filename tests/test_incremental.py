@@ -438,7 +438,7 @@ def test_an_interrupted_night_changes_nothing_and_its_rerun_gives_the_same_answe
 # ---- on Spark -----------------------------------------------------------------------------------------------
 @pytest.mark.spark
 @pytest.mark.slow
-@pytest.mark.parametrize("small", [False, True], ids=["spark-engine", "collected"])
+@pytest.mark.parametrize("small", [False, pytest.param(True, marks=pytest.mark.full)], ids=["spark-engine", "collected"])
 def test_spark_nights_give_the_local_nights_answers(spark, lake, tmp_path, small):
     labels, gold, _ = lake
     local, distributed = config(), config(engine="spark", spark_small=small)

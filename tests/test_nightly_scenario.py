@@ -52,7 +52,7 @@ def run_items(spark, out):
     return spark.read.option("basePath", str(out)).parquet(f"{out}/run_id=*/items")
 
 
-@pytest.mark.parametrize("engine", ["local", "spark"])
+@pytest.mark.parametrize("engine", ["local", pytest.param("spark", marks=pytest.mark.full)])
 def test_nights_of_a_scheduler(spark, lake, tmp_path, engine, monkeypatch):
     out = tmp_path / "results"
     labels_by_day = lake[2].labels.groupby("date").size()
