@@ -219,9 +219,10 @@ def classify_failure(exc: BaseException, output: str | None = None) -> Failure:
     module = executor_missing_module(exc)
     if module is not None:
         package = module.split(".")[0]
-        fix = ("ship crowdspark with the job: spark-submit --py-files crowdspark.zip, or a packed environment "
-               "(--archives) whose Python has it" if package == "crowdspark" else
-               f"install {package} in the executors' Python, or ship a packed environment (--archives) that has it")
+        fix = ("ship crowdspark with the job: spark-submit --py-files crowdspark.zip, or the PEX of "
+               "scripts/pack.sh (--files crowdspark.pex, PYSPARK_PYTHON=./crowdspark.pex) that has it and its "
+               "dependencies" if package == "crowdspark" else
+               f"install {package} in the executors' Python, or ship the PEX of scripts/pack.sh that has it")
         return Failure(EXIT_BAD_INPUT, "executor_environment",
                        f"the executors' Python cannot import {module!r} (ModuleNotFoundError in a Spark task; the "
                        f"driver imports it, the executors' interpreter does not): {fix}; see docs/cluster.md", name)
