@@ -74,13 +74,53 @@ def test_a_day_folder_whose_files_also_hold_the_date_is_refused(tmp_path, lake, 
     assert "hold a column 'date' and sit in a folder named after it" in capsys.readouterr().err
 
 
-def test_an_incremental_night_on_the_spark_engine_still_reads_its_days_with_spark(lake):
-    """Only a window run reads the day folders with pandas: the incremental reader of days on the spark engine
-    needs its SparkSession (a small lake there is not a small input)."""
-    from crowdspark.config import load_config
-    from crowdspark.pipeline.source import needs_spark
+NIGHTS = ["--config", str(DATA.parent / "conf" / "nightly.toml"), "--set", "input.window_days=0",
+          "--set", "incremental.mode=on"]
 
+
+def _nights(tmp_path, folders, name: str, *extra: str) -> list[dict]:
+    """Nights 0-7 of the lake into ``tmp_path/name`` with ``conf/nightly.toml`` (the spark engine) in incremental
+    mode; their summaries."""
+    out = tmp_path / name
+    summaries = []
+    for day in range(SPEC.days):
+        assert main(["aggregate", *NIGHTS, *extra, "--labels", str(folders), "--output", str(out), "--run-id",
+                     SPEC.date(day), "--warm-start", str(out), "--quiet"]) == 0
+        summaries.append(json.loads((out / f"run_id={SPEC.date(day)}" / "summary.json").read_text()))
+    return summaries
+
+
+@pytest.mark.parametrize("extra, reason", [([], "small input"), (["--set", "engine.small_input_bytes=1"], "memory")],
+                         ids=["small-input", "memory"])
+def test_a_night_on_a_local_master_whose_lake_fits_the_driver_runs_without_spark(tmp_path, lake, no_spark, extra,
+                                                                                   reason):
+    """Incremental nights choose their engine as a window run does: on a local master, a local lake that is
+    small, or whose whole fits the driver's budget, is read with pandas and fitted by the local engine (Spark
+    never starts), and every night gives the answer ``--engine local`` gives."""
     folders, _ = lake
-    nightly = [str(DATA.parent / "conf" / "nightly.toml")]
-    assert not needs_spark(load_config(nightly), str(folders))
-    assert needs_spark(load_config(nightly, ["input.window_days=0", "incremental.mode=on"]), str(folders))
+    chosen = _nights(tmp_path, folders, "chosen", *extra)
+    asked = _nights(tmp_path, folders, "asked", "--engine", "local")
+    for night in chosen:
+        assert night["engine"] == "local"
+        assert night["engine_choice"]["engine"] == "local" and night["engine_choice"]["reason"] == reason
+    assert [n["incremental"]["kind"] for n in chosen] == [n["incremental"]["kind"] for n in asked]
+    assert "incremental" in {n["incremental"]["kind"] for n in chosen}
+    for day in range(SPEC.days):
+        run = f"run_id={SPEC.date(day)}"
+        pd.testing.assert_frame_equal(_items(tmp_path / "chosen" / run), _items(tmp_path / "asked" / run))
+
+
+def test_a_night_whose_lake_is_above_the_driver_budget_starts_spark(lake):
+    """Above ``engine.small_input_bytes``, the whole lake's predicted peak decides; a cluster master distributes."""
+    from crowdspark.config import load_config
+    from crowdspark.pipeline.source import driver_choice, needs_spark
+
+    folders, flat = lake
+    nights = [str(DATA.parent / "conf" / "nightly.toml")]
+    large = ["input.window_days=0", "incremental.mode=on", "engine.small_input_bytes=1"]
+    assert not needs_spark(load_config(nights, large), str(folders), master="local[2]")
+    choice = driver_choice(load_config(nights, [*large, "engine.max_memory=1m"]), str(folders), master="local[2]")[0]
+    assert (choice.engine, choice.reason) == ("spark", "memory")
+    # every day of the lake counts, which bounds what any night reads
+    assert f"for about {len(pd.read_parquet(flat))} labels, is above the driver's budget" in choice.detail
+    assert needs_spark(load_config(nights, large), str(folders), master="spark://head:7077")

@@ -4,10 +4,11 @@ after the previous run) or a set of days (the earlier days of the items those da
 Each read gives the canonical text of the configured columns (:mod:`crowdspark.io.cells`, the same on every
 reader) as ``item``, ``worker``, ``label``, plus ``day`` (``YYYY-MM-DD``) from ``input.date_column``:
 
-* with ``engine.name = "local"``, pandas reads local files; a folder of Hive-style day partitions
+* without a SparkSession (the night's engine choice, :func:`crowdspark.pipeline.source.driver_choice`, picked
+  the local engine), pandas reads local files; a folder of Hive-style day partitions
   (``<date_column>=YYYY-MM-DD/``) is read one day folder at a time, so only the chosen days are read, and the
   folder's day is the column (as Spark reads it);
-* otherwise Spark reads, and prunes the partitions of the other days.
+* with one, Spark reads, and prunes the partitions of the other days.
 """
 
 from __future__ import annotations
@@ -41,15 +42,15 @@ class DayReader:
     Parameters
     ----------
     config : RunConfig
-        ``input`` says the columns, the format, the date column and the filter; ``engine.name`` the reader.
+        ``input`` says the columns, the format, the date column and the filter.
     labels_path : str
     spark : SparkSession, optional
-        Needed unless ``engine.name = "local"``.
+        The reader: Spark, or pandas when ``None``.
 
     Raises
     ------
     ConfigError
-        For ``input.filter`` with the pandas reader, or no SparkSession for the Spark reader.
+        For ``input.filter`` with the pandas reader.
     InputError
         For local Parquet day files that give an id or label column different types (every file of the input
         is checked, whichever days a night reads: :func:`crowdspark.io.column_types.check_column_types`).
@@ -59,12 +60,10 @@ class DayReader:
         self.cfg = config.input
         self.path = labels_path
         self.column = config.input.date_column
-        self.spark = None if config.engine.name == "local" else spark
+        self.spark = spark
         self._raw: Any = None
         self._folders: dict[str, str] | None = None
         self._whole: pd.DataFrame | None = None
-        if self.spark is None and config.engine.name != "local":
-            raise ConfigError("an incremental run on the spark engine needs a SparkSession")
         if self.spark is None and self.cfg.filter:
             raise ConfigError(f"input.filter ({self.cfg.filter!r}) needs the spark engine; filter the data first or "
                               "use --engine spark")

@@ -35,6 +35,7 @@ import pandas as pd
 from crowdspark.config import RunConfig
 from crowdspark.engine.base import WrittenItems
 from crowdspark.engine.carry import Carried, carried_stats, carry_block, responsibilities_fn
+from crowdspark.engine.choice import EngineChoice, choose_engine
 from crowdspark.errors import ConfigError, IncompatibleModelError, InputError
 from crowdspark.io.chain import CHAIN_FILE, ITEMS_SCOPE, chain_payload, chain_runs
 from crowdspark.io.paths import is_local
@@ -63,7 +64,7 @@ from crowdspark.pipeline.item_state import (
 from crowdspark.pipeline.manifest import check_new_data, record_inputs, run_manifest
 from crowdspark.pipeline.partitions import PARTITIONS_FILE, compare, describe, payload, read_partitions
 from crowdspark.pipeline.prepare import Prepared
-from crowdspark.pipeline.source import Reading, Source, input_signature, read_spark_input
+from crowdspark.pipeline.source import Reading, Source, driver_choice, input_signature, read_spark_input
 from crowdspark.pipeline.summary import Timer
 from crowdspark.pipeline.window import Window
 from crowdspark.stats import Stats
@@ -355,6 +356,8 @@ class _Context:
     options: RunOptions
     timer: Timer
     reader: DayReader
+    choice: EngineChoice
+    small: dict[str, Any] | None = None
 
 
 def _small_frame(table: Any) -> pd.DataFrame:
@@ -405,11 +408,13 @@ def _reading(ctx: _Context, labels: Any, classes: tuple[str, ...], days: list[st
     config = replace(ctx.config, input=replace(ctx.config.input, item="item", worker="worker", label="label",
                                                  classes=classes, filter="", date_column="", window_days=0))
     if not ctx.reader.distributed:
-        return Reading(Source(engine="local"), config, labels=labels[["item", "worker", "label"]])
+        return Reading(Source(engine="local", small_input=ctx.small, choice=ctx.choice.to_dict()), config,
+                       labels=labels[["item", "worker", "label"]])
     small = _small(ctx, days)
+    choice = ctx.choice if small is None else choose_engine(ctx.config, ctx.choice.master, small=True)
     gold = read_spark_input(ctx.spark, ctx.gold_path, config.gold.format, "gold")[0] if ctx.gold_path else None
     return Reading(Source(engine="spark" if small is None else "local", small_input=small, labels_frame=labels,
-                          gold_frame=gold), config)
+                          gold_frame=gold, choice=choice.to_dict()), config)
 
 
 def _manifest(ctx: _Context, labels_read: int, counts: dict[str, int], window: Window,
@@ -582,22 +587,37 @@ class NightSource:
     such as a new class, is refitted in full after ``nightly.on_incompatible``, or refused); a night without new
     labels reads nothing (:meth:`without_fit` carries the previous result forward).
 
+    The reader and engine are chosen as a window run's are (:func:`crowdspark.pipeline.source.driver_choice`, with
+    the previous run as the warm start): on a local master, a lake of local files whose whole fits the driver's
+    budget is read with pandas and fitted by the local engine, without Spark; ``summary.json`` records the choice
+    (``engine_choice``).
+
     Raises
     ------
     ConfigError
         When the previous run is not on a local path and the local engine runs.
+    ValueError
+        When the Spark engine is chosen and ``spark`` is ``None``.
     """
 
-    def __init__(self, config: RunConfig, labels_path: str, gold_path: str | None, spark: Any, run_id: str | None,
-                 as_of: _dt.date, plan: NightPlan, *, warm_path: str | None, options: RunOptions,
-                 timer: Timer) -> None:
+    def __init__(self, config: RunConfig, labels_path: str, gold_path: str | None, output_dir: str | None,
+                 spark: Any, run_id: str | None, as_of: _dt.date, plan: NightPlan, *, warm_path: str | None,
+                 options: RunOptions, timer: Timer) -> None:
         if plan.previous is not None and not is_local(plan.previous) and config.engine.name == "local":
             raise ConfigError(f"the previous run {plan.previous!r} is not on a local path: the local engine reads it "
                               "with pandas; run on the spark engine")
+        choice, small = driver_choice(config, labels_path, gold_path, output_dir, plan.previous, spark,
+                                      options.master)
+        if choice.engine == "spark" and spark is None:
+            raise ValueError(f"the spark engine needs a SparkSession ({choice.detail})")
+        if choice.engine == "local" and config.engine.name != "local":
+            log.info("local engine for the night: %s (set engine.small_input_bytes=0 to always distribute)",
+                     choice.detail)
         self.options = replace(options, inputs={**options.inputs, "incremental": {"previous": plan.previous,
                                                                                   "full": plan.full}})
+        reader = DayReader(config, labels_path, spark if choice.engine == "spark" else None)
         self.ctx = _Context(config, labels_path, gold_path, spark, run_id, as_of, warm_path, plan.previous,
-                            self.options, timer, DayReader(config, labels_path, spark))
+                            self.options, timer, reader, choice, small)
         self.plan, self.full, self.reason = plan, plan.full, plan.reason
         self._read: dict[str, Any] = {}
 
@@ -611,7 +631,8 @@ class NightSource:
                 if self.ctx.config.nightly.on_incompatible == "fail":
                     raise IncompatibleModelError(f"{message}; {FULL_REFIT}") from None
                 log.warning("%s; refitting in full (nightly.on_incompatible = \"cold\")", message)
-                self.ctx.reader = DayReader(self.ctx.config, self.ctx.labels_path, self.ctx.spark)
+                self.ctx.reader = DayReader(self.ctx.config, self.ctx.labels_path,
+                                            self.ctx.spark if self.ctx.reader.distributed else None)
                 self.full, self.reason = True, f"{message}; refitted in full (nightly.on_incompatible = \"cold\")"
         return self._read_full()
 

@@ -342,7 +342,7 @@ def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path:
         paths = {"labels": {"path": labels_path}, "gold": {"path": gold_path}}
         options = replace(options, warm_start=plan.saved, initial_workers=plan.table,
                           inputs={**paths, "run_id": run_id})
-        source = NightSource(config, labels_path, gold_path, spark, run_id, plan.as_of, plan.night,
+        source = NightSource(config, labels_path, gold_path, output_dir, spark, run_id, plan.as_of, plan.night,
                              warm_path=plan.warm_path, options=options, timer=timer)
     fitted = fit_source(source, config, labels_path, gold_path, spark, timer)
     if plan.warm_cold_reason is not None:

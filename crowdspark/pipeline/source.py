@@ -2,12 +2,15 @@
 
 * ``engine.name = "local"``: pandas reads local files, the local engine fits.
 * ``engine.name = "spark"`` and the input is small (:func:`local_small_input`: local files, no Hive-style
-  partition folders but, outside incremental nights, one level of ``input.date_column`` day folders
-  (:mod:`crowdspark.io.day_folders`), no ``input.filter``, fewer bytes than ``engine.small_input_bytes``):
+  partition folders but one level of ``input.date_column`` day folders (:mod:`crowdspark.io.day_folders`), no
+  ``input.filter``, fewer bytes than ``engine.small_input_bytes``):
   pandas reads, the local engine fits on the driver, and no SparkSession is needed at all (:func:`needs_spark`).
 * ``engine.name = "spark"``, the input is local files pandas can read, and the master is local: the memory
   rule of :mod:`crowdspark.engine.choice` (the local engine's predicted peak within the driver's budget) picks
   the local engine (pandas reads, no SparkSession) or the Spark engine (:func:`driver_choice`).
+* An incremental night (:class:`crowdspark.pipeline.incremental.NightSource`) is decided by the same rule, with
+  its previous run as the warm start; the estimate covers every file of the input, which bounds what any night
+  reads (a full refit reads every day up to its as-of date, an incremental night fewer).
 * Otherwise Spark reads; if the files it lists total fewer bytes than the threshold (remote inputs, or an
   ``input.filter``, which Spark applies before collecting), the labels are collected to the driver and fitted
   by the local engine; else the Spark engine fits them.
@@ -103,8 +106,7 @@ def _pandas_files(config: RunConfig, labels_path: str, gold_path: str | None, ou
     if not all(is_local(path) for path in paths if path):
         return None
     files = resolve_local_paths(labels_path, "labels")
-    day_folders = config.incremental.mode != "on" and is_day_partitioned(labels_path, config.input.date_column, files)
-    if _hive_partitioned(labels_path, files) and not day_folders:  # incremental nights read days with Spark
+    if _hive_partitioned(labels_path, files) and not is_day_partitioned(labels_path, config.input.date_column, files):
         return None
     if gold_path and _hive_partitioned(gold_path, resolve_local_paths(gold_path, "gold")):
         return None
@@ -155,9 +157,6 @@ def driver_choice(config: RunConfig, labels_path: str, gold_path: str | None = N
     if small is not None:
         return choose_engine(config, master, small=True), small
     files = _pandas_files(config, labels_path, gold_path, output_dir, warm_start)
-    if config.incremental.mode == "on" and config.engine.small_input_bytes:
-        return EngineChoice("spark", "incremental", "an incremental night above engine.small_input_bytes reads its "
-                            "days with Spark", master), None
     if files is None and config.engine.small_input_bytes:
         return EngineChoice("spark", "spark reads", "the input is remote, filtered (input.filter) or in Hive-style "
                             "partition folders: Spark reads it", master), None
