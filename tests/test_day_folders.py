@@ -124,3 +124,14 @@ def test_a_night_whose_lake_is_above_the_driver_budget_starts_spark(lake):
     # every day of the lake counts, which bounds what any night reads
     assert f"for about {len(pd.read_parquet(flat))} labels, is above the driver's budget" in choice.detail
     assert needs_spark(load_config(nights, large), str(folders), master="spark://head:7077")
+
+
+def test_the_first_night_says_once_that_it_starts_cold(tmp_path, lake, no_spark, caplog):
+    """The checks before Spark starts and the run both resolve the warm start: the reason is logged once."""
+    folders, _ = lake
+    out = tmp_path / "runs"
+    with caplog.at_level("WARNING"):
+        assert main(["aggregate", *NIGHTS, "--labels", str(folders), "--output", str(out), "--run-id", SPEC.date(0),
+                     "--warm-start", str(out)]) == 0
+    said = [r.getMessage() for r in caplog.records if "holds no run yet" in r.getMessage()]
+    assert said == [f"--warm-start {out} holds no run yet: this first run starts cold"]

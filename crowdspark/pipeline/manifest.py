@@ -55,7 +55,8 @@ def resolve_warm_start(path: str, as_of: _dt.date, spark: Any = None,
 
     ``path`` itself, or for a run root (``--output`` of ``--run-id`` runs) its newest run older than ``as_of``.
     A run root with no such run, or ``path`` equal to this run's own ``run_root`` before its first run, gives
-    ``(None, reason)``: the first night of a schedule runs cold with the same command as every other night.
+    ``(None, reason)``: the first night of a schedule runs cold with the same command as every other night (the
+    caller logs the reason once: the checks before Spark starts resolve the warm start too).
 
     Raises
     ------
@@ -65,18 +66,14 @@ def resolve_warm_start(path: str, as_of: _dt.date, spark: Any = None,
     files = files_for(path, spark, "--warm-start")
     if not files.exists(path):
         if run_root is not None and path.rstrip("/") == run_root.rstrip("/"):
-            reason = f"--warm-start {path} holds no run yet: this first run starts cold"
-            log.warning("%s", reason)
-            return None, reason
+            return None, f"--warm-start {path} holds no run yet: this first run starts cold"
         raise InputError(f"--warm-start {path!r} does not exist; give a previous run's output, the folder of "
                          "runs (--output of --run-id runs), or a saved model")
     if not _is_run_root(path, spark):
         return path, None
     run = latest_run_before(path, as_of, spark)
     if run is None:
-        reason = f"--warm-start {path} holds no run older than {as_of}: this run starts cold"
-        log.warning("%s", reason)
-        return None, reason
+        return None, f"--warm-start {path} holds no run older than {as_of}: this run starts cold"
     log.info("warm start from %s (the newest run of %s before %s)", run, path, as_of)
     return run, None
 

@@ -333,6 +333,8 @@ def _run(config: RunConfig, labels_path: str, output_dir: str | None, gold_path:
          run_id: str | None, plan: _Plan, options: RunOptions | None, recovered: str | None) -> RunResult:
     timer = Timer()
     options = options or RunOptions()
+    if plan.warm_cold_reason is not None:
+        log.warning("%s", plan.warm_cold_reason)
     source: RunSource
     if plan.night is None:
         source = WindowSource(config, labels_path, gold_path, output_dir, spark, run_id, plan.as_of, plan.warm_path,
