@@ -4,7 +4,8 @@
     .venv/bin/python -m benchmarks.engine_choice --labels 10000000 --repeats 3 [--distributed]
 
 The labels are a synthetic Dawid-Skene Parquet file (``crowdspark.synthetic.dawid_skene_data``: 10 labels per
-item, one worker per 100 items between 1k and 100k, 5 classes, seed 0) written once under ``--data-dir``
+item, one worker per 100 items between 1k and 100k, 5 classes, seed 0; above 20M labels the same labels written
+by Spark, ``crowdspark.synthetic.write_parquet``) written once under ``--data-dir``
 (default ``/tmp/engine``; never in the repository).  Each repeat runs, one after the other, in fresh processes:
 
 * ``spark-submit --master local[2] jobs/aggregate.py`` with the default settings (the job chooses its engine,
@@ -36,23 +37,39 @@ from benchmarks.common import ROOT, load_average, machine, median, run_measured
 DS = ["--algorithm", "ds", "--set", "ds.max_iter=5", "--set", "ds.tol=0", "--quiet"]
 
 
+#: above this many labels the data is written by Spark's generator (the same labels, chunk by chunk, in bounded
+#: memory: the pandas generator holds every label as a Python string)
+SPARK_WRITTEN = 20_000_000
+
+
 def dataset(n_labels: int, folder: Path) -> str:
-    """The Parquet labels of ``n_labels`` labels under ``folder`` (written once, without Spark)."""
+    """The Parquet labels of ``n_labels`` labels under ``folder`` (written once: by pandas into one file, above
+    :data:`SPARK_WRITTEN` labels by :func:`crowdspark.synthetic.write_parquet` on ``local[2]``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from crowdspark.synthetic import dawid_skene_data
+    from crowdspark.synthetic import dawid_skene_data, write_parquet
 
     n_items = n_labels // 10
     n_workers = int(min(100_000, max(1_000, n_items // 100)))
     path = folder / f"ds-{n_labels}-k{n_workers}-c5-s0"
     target = path / "part-0.parquet"
-    if not target.exists():
-        path.mkdir(parents=True, exist_ok=True)
-        labels, _, _ = dawid_skene_data(n_items, n_workers, 5, 10, 0)
-        partial = path / ".part-0.parquet.partial"
-        pq.write_table(pa.Table.from_pandas(labels, preserve_index=False), partial)
-        partial.rename(target)
+    if target.exists() or (path / "_SUCCESS").exists():
+        return str(path)
+    if n_labels > SPARK_WRITTEN:
+        from benchmarks.common import spark_session
+
+        spark = spark_session()
+        try:
+            write_parquet(spark, str(path), "ds", n_items, n_workers, 5, 10, 0)
+        finally:
+            spark.stop()
+        return str(path)
+    path.mkdir(parents=True, exist_ok=True)
+    labels, _, _ = dawid_skene_data(n_items, n_workers, 5, 10, 0)
+    partial = path / ".part-0.parquet.partial"
+    pq.write_table(pa.Table.from_pandas(labels, preserve_index=False), partial)
+    partial.rename(target)
     return str(path)
 
 

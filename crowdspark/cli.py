@@ -309,6 +309,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
+            # pyspark's notice on every pandas conversion under pandas 3, whose conversions crowdspark uses and
+            # tests under pandas 3 (docs/notebook.md, "pandas 2 and pandas 3")
+            warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
+                                    category=FutureWarning)
             if args.command == "report":
                 from crowdspark.report import write_history, write_report
 
