@@ -168,6 +168,9 @@ def test_a_csv_result_is_reported(tmp_path):
     assert main(["report", str(out)]) == 0
     page = _page(out)
     assert "<svg" in _section(page, "calibration") and "<svg" in _section(page, "levels")
+    assert sorted(p.suffix for p in (out / "gold_workers").iterdir()) == [".csv"]
+    before = _written_before(out, tmp_path / "before")
+    assert page == build_report(str(before)).replace(str(before), str(out))
 
 
 def test_the_gold_can_be_given_to_the_report(runs, tmp_path):
@@ -406,6 +409,19 @@ def test_a_model_that_fitted_one_level_says_so(tmp_path):
     assert "dds fitted one difficulty level" in levels and "<svg" not in levels
 
 
+def _written_before(run: Path, copy: Path) -> Path:
+    """A copy of the result ``run`` as a version that did not write its gold figures would have written it:
+    without ``gold_workers/`` and ``summary.json``'s ``quality.calibration.confusion``."""
+    import json
+
+    shutil.copytree(run, copy)
+    shutil.rmtree(copy / "gold_workers")
+    summary = json.loads((copy / "summary.json").read_text(encoding="utf-8"))
+    del summary["quality"]["calibration"]["confusion"]
+    (copy / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    return copy
+
+
 def _held_out(truth: pd.DataFrame, fit_fraction: float) -> pd.DataFrame:
     """The rows of ``truth`` the run's gold split holds out of the fit."""
     from crowdspark.config import GoldConfig
@@ -453,15 +469,47 @@ def test_each_workers_accuracy_on_gold_is_counted_from_the_labels(few):
     assert "estimated accuracy" in workers and "accuracy on held-out gold items" in workers
 
 
-def test_a_report_whose_labels_are_gone_says_why_it_has_no_accuracy_on_gold(few, tmp_path):
-    run = tmp_path / "run"
-    shutil.copytree(few / "run", run)
+def _labels_gone(run: Path, labels: Path, tmp_path: Path) -> None:
     summary = (run / "summary.json").read_text(encoding="utf-8")
-    (run / "summary.json").write_text(summary.replace(str(few / "labels.csv"), str(tmp_path / "gone.csv")),
-                                      encoding="utf-8")
+    (run / "summary.json").write_text(summary.replace(str(labels), str(tmp_path / "gone.csv")), encoding="utf-8")
+
+
+def test_a_report_whose_labels_are_gone_says_why_it_has_no_accuracy_on_gold(few, tmp_path):
+    run = _written_before(few / "run", tmp_path / "run")
+    _labels_gone(run, few / "labels.csv", tmp_path)
     facts = collect(str(run))
     assert facts.worker_gold is None and "could not be read here" in facts.worker_gold_note
     assert "could not be read here" in _section(build_report(str(run)), "workers")
+
+
+def test_the_report_reads_neither_labels_nor_gold_when_the_run_counted_its_gold(few, tmp_path, monkeypatch):
+    import crowdspark.report.facts as facts_module
+
+    run = tmp_path / "run"
+    shutil.copytree(few / "run", run)
+    _labels_gone(run, few / "labels.csv", tmp_path)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the report read the labels or the gold again")
+
+    monkeypatch.setattr(facts_module, "read_label_columns", refused)
+    monkeypatch.setattr(facts_module, "_gold_truth", refused)
+    facts = collect(str(run))
+    assert facts.worker_gold_note == "" and facts.worker_gold.table.equals(collect(str(few / "run")).worker_gold.table)
+    assert facts.gold is not None and facts.gold.n == facts.calibration.n
+
+
+def test_the_page_is_the_same_from_the_runs_gold_counts_as_from_the_labels(runs, few, tmp_path):
+    """The page a result gets from the gold figures its run wrote (``gold_workers/`` and the gold confusion in
+    ``summary.json``) is the page a result written before them gets from the labels and the gold files."""
+    for name, run in (("few", few / "run"), ("gold", runs["gold"]), ("night2", runs["night2"])):
+        assert (run / "gold_workers").is_dir(), name
+        before = _written_before(run, tmp_path / name)
+        fast, slow = collect(str(run)), collect(str(before))
+        assert fast.worker_gold.table.equals(slow.worker_gold.table), name
+        assert fast.worker_gold.table["gold_labels"].sum() > 0, name
+        assert np.array_equal(fast.gold.counts, slow.gold.counts) and fast.gold.classes == slow.gold.classes, name
+        assert build_report(str(run)) == build_report(str(before)).replace(str(before), str(run)), name
 
 
 @pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (Debian: apt-get install -y "
