@@ -341,6 +341,8 @@ def test_a_result_written_by_spark_is_reported(spark, tmp_path):
     assert facts.calibration.n == summary["metrics"]["n_gold"]
     page = _page(out)
     assert "<svg" in _section(page, "levels") and "<svg" in _section(page, "calibration")
+    before = _written_before(out, tmp_path / "before")
+    assert page == build_report(str(before)).replace(str(before), str(out))
 
 
 def test_the_crowd_matrix_weighs_workers_by_labels_and_skips_undefined_rows():
