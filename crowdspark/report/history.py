@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -97,17 +98,33 @@ def drift_flags(values: pd.Series, floor: float, counts: pd.Series | None = None
         if not np.isfinite(x[t]) or len(nights) < min_nights:
             continue
         noise = max(trend_noise(nights, x[nights]), sampling[t])
-        flags[t] = abs(x[t] - np.median(x[nights])) > max(k * noise, floor)
+        flags[t] = abs(x[t] - _median(x[nights])) > max(k * noise, floor)
     return pd.Series(flags, index=values.index)
 
 
 def trend_noise(nights: np.ndarray, values: np.ndarray) -> float:
     """The robust standard deviation of ``values`` about their Theil-Sen line over ``nights`` (both shape (n,),
     n >= 2): ``1.4826 * median(|residual|)``."""
-    i, j = np.triu_indices(len(nights), k=1)
-    slope = float(np.median((values[j] - values[i]) / (nights[j] - nights[i])))
-    intercept = float(np.median(values)) - slope * float(np.median(nights))
-    return _MAD_TO_SD * float(np.median(np.abs(values - intercept - slope * nights)))
+    i, j = _pairs(len(nights))
+    slope = _median((values[j] - values[i]) / (nights[j] - nights[i]))
+    intercept = _median(values) - slope * _median(nights)
+    return _MAD_TO_SD * _median(np.abs(values - intercept - slope * nights))
+
+
+@lru_cache(maxsize=64)
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.triu_indices(n, k=1)``: every two of ``n`` positions."""
+    return np.triu_indices(n, k=1)
+
+
+def _median(values: np.ndarray) -> float:
+    """``float(np.median(values))`` of a short array (n >= 1): the middle value, or the mean of the two middle
+    values, of the sorted values (NaN when one is NaN), without :func:`numpy.median`'s overhead per call."""
+    ordered = np.sort(np.asarray(values, dtype=float))
+    if np.isnan(ordered[-1]):
+        return float("nan")
+    middle = len(ordered) // 2
+    return float(ordered[middle]) if len(ordered) % 2 else float((ordered[middle - 1] + ordered[middle]) / 2)
 
 
 def _night_dirs(root: str) -> list[tuple[str, str]]:
