@@ -172,11 +172,15 @@ def gold_worker_stats(block: Block, label: np.ndarray, n_workers: int, n_classes
         ``gold_worker_labels`` (K,) and ``gold_worker_right`` (K,) (labels equal to the gold), ``gold_confusion``
         (C, C): held-out gold items by true class (row) and inferred label (column).
     """
+    has = block.truth >= 0
+    if not has.any():  # no label to look at
+        return {"gold_worker_labels": np.zeros(n_workers, dtype=np.int64),
+                "gold_worker_right": np.zeros(n_workers, dtype=np.int64),
+                "gold_confusion": np.zeros((n_classes, n_classes), dtype=np.int64)}
     truth = block.truth[block.item_of_label]
     on = truth >= 0
-    worker = block.worker[on].astype(np.int64)
+    worker = block.worker[on]
     right = block.label[on] == truth[on]
-    has = block.truth >= 0
     pairs = block.truth[has].astype(np.int64) * n_classes + np.asarray(label, dtype=np.int64)[has]
     return {
         "gold_worker_labels": np.bincount(worker, minlength=n_workers),

@@ -524,3 +524,34 @@ def test_chromium_draws_the_scatter_against_gold_accuracy(few, tmp_path):
     captions = re.findall(r"<figcaption>(.*?)</figcaption>", workers, flags=re.S)
     assert any("against the share of its labels on held-out gold items" in c for c in captions)
     assert "labels on gold items" in _svg_texts(workers)  # the colour bar of the gold labels per worker
+
+
+def test_the_runs_gold_counts_add_up_over_any_blocks_and_match_the_labels():
+    """crowdspark.quality.gold_worker_stats summed over blocks of any size (some without a held-out gold item)
+    counts what a direct count of the labels on the held-out gold gives."""
+    from crowdspark.block import GoldSplit, build_blocks
+    from crowdspark.quality import gold_worker_stats
+    from crowdspark.stats import sum_stats
+
+    rng = np.random.default_rng(3)
+    K, C, m = 7, 3, 400
+    items = np.array([f"i{n:03d}" for n in rng.integers(0, 90, m)], dtype=object)
+    worker, label = rng.integers(0, K, m), rng.integers(0, C, m)
+    gold = {f"i{n:03d}": int(rng.integers(0, C)) for n in range(0, 90, 2) if n < 40 or n > 70}
+    truth = np.array([gold.get(i, -1) for i in items])
+    split = GoldSplit(fit_fraction=0.3, seed=1)
+    for max_labels in (5, 40, m):
+        blocks = build_blocks(items, worker, label, truth, max_labels=max_labels, split=split)
+        inferred = [rng.integers(0, C, b.n_items) for b in blocks]
+        found = sum_stats([gold_worker_stats(b, lab, K, C) for b, lab in zip(blocks, inferred)])
+        assert any(not (b.truth >= 0).any() for b in blocks) or max_labels > 5
+        held = np.concatenate([b.truth for b in blocks])
+        item_truth = dict(zip(np.concatenate([b.item_ids for b in blocks]), held))
+        row_truth = np.array([item_truth[i] for i in items])
+        on = row_truth >= 0
+        assert 0 < on.sum() < m and 0 < (truth >= 0).sum() - on.sum()  # gold held out, and gold in the fit
+        assert np.array_equal(found["gold_worker_labels"], np.bincount(worker[on], minlength=K))
+        assert np.array_equal(found["gold_worker_right"], np.bincount(worker[on & (label == row_truth)], minlength=K))
+        expected = np.zeros((C, C), dtype=np.int64)
+        np.add.at(expected, (held[held >= 0], np.concatenate(inferred)[held >= 0]), 1)
+        assert np.array_equal(found["gold_confusion"], expected)
