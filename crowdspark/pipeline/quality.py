@@ -106,7 +106,7 @@ def quality_summary(stats: Stats, workers: dict[str, np.ndarray], classes: tuple
     }
     if has_gold:
         out["calibration"] = calibration_from_stats(stats)
-        out["calibration"]["confusion"] = np.asarray(stats["gold_confusion"]).tolist()
+        out["calibration"]["confusion"] = np.asarray(stats["gold_confusion"], dtype=np.int64).tolist()
     return out
 
 
