@@ -16,7 +16,8 @@ local[2] jobs/aggregate.py`` Dawid-Skene night with gold on the benchmarks' synt
 item, 10,000 workers, 5 classes; :func:`benchmarks.common.ds_dataset`), then its report, then the history page
 of ``--history-nights`` copies of it, and the pages' share of the run's wall time and CPU time (user + system
 of each command's process tree: the wall time of a page on a shared machine is its CPU time stretched by the
-load, while the run also waits on the JVM).
+load, while the run also waits on the JVM); then the CPU time of each page built in one process after its
+imports, what the pages add when the run writes them itself (``aggregate --report``).
 """
 
 from __future__ import annotations
@@ -84,6 +85,17 @@ def _measured(command: list[str], env: dict[str, str]) -> tuple[float, float, fl
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, peak
 
 
+#: CPU seconds of each page built in a process that has imported what it needs (the run's own process writes
+#: the pages so with ``aggregate --report``): the pages' work without the interpreter's start and the imports
+_AFTER_IMPORTS = (
+    "import sys, time; import crowdspark.cli, crowdspark.report.facts, crowdspark.report.page, "
+    "crowdspark.report.history, crowdspark.report.history_page, crowdspark.io.lock; "
+    "from crowdspark.report import build_history, build_report; start = time.process_time(); "
+    "build_report(sys.argv[1]); middle = time.process_time(); build_history(sys.argv[2]); "
+    "print(middle - start, time.process_time() - middle)"
+)
+
+
 def _spark_side_by_side(labels: int, nights: int) -> None:
     """One spark-submit night of ``labels`` labels, its report and a history of ``nights`` copies of it."""
     path = ds_dataset(None, labels, n_workers=10_000)
@@ -99,6 +111,8 @@ def _spark_side_by_side(labels: int, nights: int) -> None:
         history = Path(tmp) / "history"
         _history_root(night, history, nights)
         pages = _measured([*_CLI, "report", str(history), "--history"], dict(os.environ))
+        warm = [float(x) for x in subprocess.run([sys.executable, "-c", _AFTER_IMPORTS, str(night), str(history)],
+                                                 check=True, capture_output=True, text=True).stdout.split()]
     print("| what | wall s | CPU s | peak RSS MiB |\n|---|---|---|---|")
     for what, (wall, cpu, peak) in ((f"spark-submit --master local[2], ds, {labels:,} labels, gold", run),
                                     ("crowdspark report of that night", report),
@@ -107,6 +121,9 @@ def _spark_side_by_side(labels: int, nights: int) -> None:
     for unit, k in (("wall", 0), ("CPU", 1)):
         print(f"pages / run, {unit}: report {report[k] / run[k]:.3f}, history {pages[k] / run[k]:.3f}, "
               f"both {(report[k] + pages[k]) / run[k]:.3f}")
+    print(f"after the imports (as aggregate --report writes them in the run's process), CPU s: report {warm[0]:.2f}, "
+          f"history {warm[1]:.2f}; pages / run {warm[0] / run[1]:.3f}, {warm[1] / run[1]:.3f}, "
+          f"both {sum(warm) / run[1]:.3f}")
 
 
 def main(argv: list[str] | None = None) -> None:

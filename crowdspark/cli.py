@@ -32,15 +32,40 @@ __all__ = ["main", "build_parser", "run_aggregate"]
 log = logging.getLogger("crowdspark.cli")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from crowdspark.config import RunConfig, parse_value
-    from crowdspark.models.registry import algorithm_names
-
+def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
     parser = argparse.ArgumentParser(
         prog="crowdspark", description="Infer true labels from noisy crowd labels, on numpy or Spark."
     )
     parser.add_argument("--version", action="version", version=f"crowdspark {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    return parser, parser.add_subparsers(dest="command", required=True)
+
+
+def _add_report_parser(sub: argparse._SubParsersAction) -> None:
+    rep = sub.add_parser("report", help="write a run's report: one self-contained HTML page of its numbers and plots")
+    rep.add_argument("run_dir", metavar="RUN_DIR",
+                     help="a local result directory (an aggregate --output), or a folder of --run-id runs (its latest)")
+    rep.add_argument("--out", metavar="FILE", help="where to write the page (default: RUN_DIR/report.html)")
+    rep.add_argument("--gold", metavar="FILE",
+                     help="gold to draw the calibration from, instead of the run's own --gold")
+    rep.add_argument("--history", action="store_true",
+                     help="RUN_DIR is a folder of --run-id runs: write its history page, night by night with drift "
+                          "flagged (default: RUN_DIR/history.html)")
+    rep.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+
+
+def _report_parser() -> argparse.ArgumentParser:
+    """The parser of ``crowdspark report`` alone: it parses a report's arguments as :func:`build_parser` does,
+    without importing the configuration and the model registry its other commands need."""
+    parser, sub = _top_parser()
+    _add_report_parser(sub)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from crowdspark.config import RunConfig, parse_value
+    from crowdspark.models.registry import algorithm_names
+
+    parser, sub = _top_parser()
 
     agg = sub.add_parser("aggregate", help="aggregate labels and write items/, workers/, summary.json")
     agg.add_argument("--labels", required=True,
@@ -83,16 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     agg.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     agg.add_argument("--quiet", action="store_true", help="only warnings and errors in the log")
 
-    rep = sub.add_parser("report", help="write a run's report: one self-contained HTML page of its numbers and plots")
-    rep.add_argument("run_dir", metavar="RUN_DIR",
-                     help="a local result directory (an aggregate --output), or a folder of --run-id runs (its latest)")
-    rep.add_argument("--out", metavar="FILE", help="where to write the page (default: RUN_DIR/report.html)")
-    rep.add_argument("--gold", metavar="FILE",
-                     help="gold to draw the calibration from, instead of the run's own --gold")
-    rep.add_argument("--history", action="store_true",
-                     help="RUN_DIR is a folder of --run-id runs: write its history page, night by night with drift "
-                          "flagged (default: RUN_DIR/history.html)")
-    rep.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    _add_report_parser(sub)
     items = sub.add_parser("items", help="write or print a run's whole answer, one row per item (an incremental "
                                          "night's items/ holds only the items it fitted)")
     items.add_argument("output", metavar="OUTPUT",
@@ -282,8 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``crowdspark`` console script."""
     from crowdspark.io.runs import run_directory
 
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _report_parser() if argv[:1] == ["report"] else build_parser()
     args = parser.parse_args(argv)
     debug = getattr(args, "debug", False)
     configure_logging(debug, getattr(args, "quiet", False))

@@ -49,6 +49,7 @@ __all__ = [
     "item_quality",
     "agreement_stats",
     "calibration_stats",
+    "gold_worker_stats",
     "alpha_from_stats",
     "class_agreement_from_stats",
     "calibration_from_stats",
@@ -158,6 +159,33 @@ def calibration_stats(block: Block, posterior: np.ndarray, label: np.ndarray, n_
         "calibration_n": np.bincount(bins, minlength=n_bins).astype(np.int64),
         "calibration_confidence": np.bincount(bins, weights=confidence, minlength=n_bins),
         "calibration_correct": np.bincount(bins, weights=correct, minlength=n_bins),
+    }
+
+
+def gold_worker_stats(block: Block, label: np.ndarray, n_workers: int, n_classes: int) -> Stats:
+    """Sums over the block's held-out gold items (``Block.truth``): each worker's labels on them and the right
+    ones, and the inferred labels against the gold.
+
+    Returns
+    -------
+    dict
+        ``gold_worker_labels`` (K,) and ``gold_worker_right`` (K,) (labels equal to the gold), ``gold_confusion``
+        (C, C): held-out gold items by true class (row) and inferred label (column).
+    """
+    has = block.truth >= 0
+    if not has.any():  # no label to look at
+        return {"gold_worker_labels": np.zeros(n_workers, dtype=np.int64),
+                "gold_worker_right": np.zeros(n_workers, dtype=np.int64),
+                "gold_confusion": np.zeros((n_classes, n_classes), dtype=np.int64)}
+    truth = block.truth[block.item_of_label]
+    on = truth >= 0
+    worker = block.worker[on]
+    right = block.label[on] == truth[on]
+    pairs = block.truth[has].astype(np.int64) * n_classes + np.asarray(label, dtype=np.int64)[has]
+    return {
+        "gold_worker_labels": np.bincount(worker, minlength=n_workers),
+        "gold_worker_right": np.bincount(worker[right], minlength=n_workers),
+        "gold_confusion": np.bincount(pairs, minlength=n_classes * n_classes).reshape(n_classes, n_classes),
     }
 
 
@@ -353,11 +381,13 @@ def margin(posterior: np.ndarray) -> np.ndarray:
 
 
 def quality_block_stats(block: Block, result: ItemResult, n_workers: int, n_bins: int) -> Stats:
-    """The quality statistics of one block from its final results: agreement (:func:`agreement_stats`) and the
-    reliability table over its held-out gold (:func:`calibration_stats`)."""
+    """The quality statistics of one block from its final results: agreement (:func:`agreement_stats`), the
+    reliability table over its held-out gold (:func:`calibration_stats`) and the workers' labels and the
+    inferred labels on that gold (:func:`gold_worker_stats`)."""
     n_classes = result.posterior.shape[1]
     return {**agreement_stats(block, result.label, n_workers, n_classes),
-            **calibration_stats(block, result.posterior, result.label, n_bins)}
+            **calibration_stats(block, result.posterior, result.label, n_bins),
+            **gold_worker_stats(block, result.label, n_workers, n_classes)}
 
 
 def with_item_quality(result: ItemResult, block: Block, confusion: np.ndarray) -> ItemResult:

@@ -168,6 +168,9 @@ def test_a_csv_result_is_reported(tmp_path):
     assert main(["report", str(out)]) == 0
     page = _page(out)
     assert "<svg" in _section(page, "calibration") and "<svg" in _section(page, "levels")
+    assert sorted(p.suffix for p in (out / "gold_workers").iterdir()) == [".csv"]
+    before = _written_before(out, tmp_path / "before")
+    assert page == build_report(str(before)).replace(str(before), str(out))
 
 
 def test_the_gold_can_be_given_to_the_report(runs, tmp_path):
@@ -338,6 +341,8 @@ def test_a_result_written_by_spark_is_reported(spark, tmp_path):
     assert facts.calibration.n == summary["metrics"]["n_gold"]
     page = _page(out)
     assert "<svg" in _section(page, "levels") and "<svg" in _section(page, "calibration")
+    before = _written_before(out, tmp_path / "before")
+    assert page == build_report(str(before)).replace(str(before), str(out))
 
 
 def test_the_crowd_matrix_weighs_workers_by_labels_and_skips_undefined_rows():
@@ -406,6 +411,19 @@ def test_a_model_that_fitted_one_level_says_so(tmp_path):
     assert "dds fitted one difficulty level" in levels and "<svg" not in levels
 
 
+def _written_before(run: Path, copy: Path) -> Path:
+    """A copy of the result ``run`` as a version that did not write its gold figures would have written it:
+    without ``gold_workers/`` and ``summary.json``'s ``quality.calibration.confusion``."""
+    import json
+
+    shutil.copytree(run, copy)
+    shutil.rmtree(copy / "gold_workers")
+    summary = json.loads((copy / "summary.json").read_text(encoding="utf-8"))
+    del summary["quality"]["calibration"]["confusion"]
+    (copy / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    return copy
+
+
 def _held_out(truth: pd.DataFrame, fit_fraction: float) -> pd.DataFrame:
     """The rows of ``truth`` the run's gold split holds out of the fit."""
     from crowdspark.config import GoldConfig
@@ -453,15 +471,47 @@ def test_each_workers_accuracy_on_gold_is_counted_from_the_labels(few):
     assert "estimated accuracy" in workers and "accuracy on held-out gold items" in workers
 
 
-def test_a_report_whose_labels_are_gone_says_why_it_has_no_accuracy_on_gold(few, tmp_path):
-    run = tmp_path / "run"
-    shutil.copytree(few / "run", run)
+def _labels_gone(run: Path, labels: Path, tmp_path: Path) -> None:
     summary = (run / "summary.json").read_text(encoding="utf-8")
-    (run / "summary.json").write_text(summary.replace(str(few / "labels.csv"), str(tmp_path / "gone.csv")),
-                                      encoding="utf-8")
+    (run / "summary.json").write_text(summary.replace(str(labels), str(tmp_path / "gone.csv")), encoding="utf-8")
+
+
+def test_a_report_whose_labels_are_gone_says_why_it_has_no_accuracy_on_gold(few, tmp_path):
+    run = _written_before(few / "run", tmp_path / "run")
+    _labels_gone(run, few / "labels.csv", tmp_path)
     facts = collect(str(run))
     assert facts.worker_gold is None and "could not be read here" in facts.worker_gold_note
     assert "could not be read here" in _section(build_report(str(run)), "workers")
+
+
+def test_the_report_reads_neither_labels_nor_gold_when_the_run_counted_its_gold(few, tmp_path, monkeypatch):
+    import crowdspark.report.facts as facts_module
+
+    run = tmp_path / "run"
+    shutil.copytree(few / "run", run)
+    _labels_gone(run, few / "labels.csv", tmp_path)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the report read the labels or the gold again")
+
+    monkeypatch.setattr(facts_module, "read_label_columns", refused)
+    monkeypatch.setattr(facts_module, "_gold_truth", refused)
+    facts = collect(str(run))
+    assert facts.worker_gold_note == "" and facts.worker_gold.table.equals(collect(str(few / "run")).worker_gold.table)
+    assert facts.gold is not None and facts.gold.n == facts.calibration.n
+
+
+def test_the_page_is_the_same_from_the_runs_gold_counts_as_from_the_labels(runs, few, tmp_path):
+    """The page a result gets from the gold figures its run wrote (``gold_workers/`` and the gold confusion in
+    ``summary.json``) is the page a result written before them gets from the labels and the gold files."""
+    for name, run in (("few", few / "run"), ("gold", runs["gold"]), ("night2", runs["night2"])):
+        assert (run / "gold_workers").is_dir(), name
+        before = _written_before(run, tmp_path / name)
+        fast, slow = collect(str(run)), collect(str(before))
+        assert fast.worker_gold.table.equals(slow.worker_gold.table), name
+        assert fast.worker_gold.table["gold_labels"].sum() > 0, name
+        assert np.array_equal(fast.gold.counts, slow.gold.counts) and fast.gold.classes == slow.gold.classes, name
+        assert build_report(str(run)) == build_report(str(before)).replace(str(before), str(run)), name
 
 
 @pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed (Debian: apt-get install -y "
@@ -474,3 +524,34 @@ def test_chromium_draws_the_scatter_against_gold_accuracy(few, tmp_path):
     captions = re.findall(r"<figcaption>(.*?)</figcaption>", workers, flags=re.S)
     assert any("against the share of its labels on held-out gold items" in c for c in captions)
     assert "labels on gold items" in _svg_texts(workers)  # the colour bar of the gold labels per worker
+
+
+def test_the_runs_gold_counts_add_up_over_any_blocks_and_match_the_labels():
+    """crowdspark.quality.gold_worker_stats summed over blocks of any size (some without a held-out gold item)
+    counts what a direct count of the labels on the held-out gold gives."""
+    from crowdspark.block import GoldSplit, build_blocks
+    from crowdspark.quality import gold_worker_stats
+    from crowdspark.stats import sum_stats
+
+    rng = np.random.default_rng(3)
+    K, C, m = 7, 3, 400
+    items = np.array([f"i{n:03d}" for n in rng.integers(0, 90, m)], dtype=object)
+    worker, label = rng.integers(0, K, m), rng.integers(0, C, m)
+    gold = {f"i{n:03d}": int(rng.integers(0, C)) for n in range(0, 90, 2) if n < 40 or n > 70}
+    truth = np.array([gold.get(i, -1) for i in items])
+    split = GoldSplit(fit_fraction=0.3, seed=1)
+    for max_labels in (5, 40, m):
+        blocks = build_blocks(items, worker, label, truth, max_labels=max_labels, split=split)
+        inferred = [rng.integers(0, C, b.n_items) for b in blocks]
+        found = sum_stats([gold_worker_stats(b, lab, K, C) for b, lab in zip(blocks, inferred)])
+        assert any(not (b.truth >= 0).any() for b in blocks) or max_labels > 5
+        held = np.concatenate([b.truth for b in blocks])
+        item_truth = dict(zip(np.concatenate([b.item_ids for b in blocks]), held))
+        row_truth = np.array([item_truth[i] for i in items])
+        on = row_truth >= 0
+        assert 0 < on.sum() < m and 0 < (truth >= 0).sum() - on.sum()  # gold held out, and gold in the fit
+        assert np.array_equal(found["gold_worker_labels"], np.bincount(worker[on], minlength=K))
+        assert np.array_equal(found["gold_worker_right"], np.bincount(worker[on & (label == row_truth)], minlength=K))
+        expected = np.zeros((C, C), dtype=np.int64)
+        np.add.at(expected, (held[held >= 0], np.concatenate(inferred)[held >= 0]), 1)
+        assert np.array_equal(found["gold_confusion"], expected)

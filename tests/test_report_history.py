@@ -278,3 +278,14 @@ def test_class_bias_is_how_much_a_worker_over_gives_one_label():
                          [[0.9, 0.1], [np.nan, np.nan]]])
     # column means less 1/2: always "a" 1 - 1/2; even 0; perfect 0; one defined row (0.9, 0.1) 0.9 - 1/2
     assert np.allclose(class_bias(matrices), [0.5, 0.0, 0.0, 0.4])
+
+
+def test_the_median_of_a_few_nights_is_numpys():
+    from crowdspark.report.history import _median
+
+    rng = np.random.default_rng(1)
+    for n in range(1, 25):
+        values = rng.normal(size=n) * 10.0 ** rng.integers(-5, 5)
+        nights = rng.integers(0, 100, n)
+        assert _median(values) == float(np.median(values)) and _median(nights) == float(np.median(nights))
+    assert np.isnan(_median(np.array([1.0, np.nan, 2.0])))

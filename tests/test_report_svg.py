@@ -166,3 +166,14 @@ def test_heatmaps_of_many_classes_turn_their_ticks_and_drop_cell_text():
     assert "class 0 " not in _texts(few.svg())  # over 8 classes, the small heatmaps name none
     assert "L" * 27 + "\u2026" in _texts(few.svg()) and title in _titles(few.svg())  # the worker's title cut
     assert "P(label | true class)" in _texts(few.svg())
+
+
+def test_points_coloured_by_value_are_grouped_by_colour_in_the_order_colours_first_appear():
+    from crowdspark.report.svg import _by_colour
+
+    colours = np.random.default_rng(0).choice(np.array(["#000001", "#0000ff", "#00ff00", "#ff0000"]), size=200)
+    expected = [(c, np.flatnonzero(colours == c)) for c in dict.fromkeys(colours)]
+    found = _by_colour(colours)
+    assert [c for c, _ in found] == [c for c, _ in expected] and colours[0] == found[0][0]
+    assert all(np.array_equal(rows, want) for (_, rows), (_, want) in zip(found, expected))
+    assert _by_colour(np.array([], dtype=str)) == []

@@ -6,11 +6,15 @@ hold per-item weights over true classes (responsibilities or posteriors), shape 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import scipy.sparse as sp
 
 from crowdspark.block import Block
 from crowdspark.rng import uniforms
+
+if TYPE_CHECKING:  # scipy is imported where a matrix is built: the report reads worker tables without it
+    import scipy.sparse as sp
 
 __all__ = [
     "fix_scores",
@@ -154,6 +158,8 @@ def incidence(block: Block, n_workers: int, n_classes: int, dtype: type = np.flo
     the block for the life of the Python object (they share the index arrays; never pickled, see
     :class:`~crowdspark.block.Block`).
     """
+    import scipy.sparse as sp
+
     shape = (n_workers * n_classes, block.n_items)
     cached = block.__dict__.get("_incidence")  # (shape, {dtype: matrix})
     if cached is None or cached[0] != shape:

@@ -33,6 +33,9 @@ __all__ = [
     "relabel_queue",
     "relabel_head",
     "relabel_fold",
+    "GOLD_WORKERS",
+    "GOLD_WORKERS_SCHEMA",
+    "gold_worker_table",
 ]
 
 #: the columns of ``relabel/``, in order
@@ -40,6 +43,10 @@ RELABEL_COLUMNS = ("rank", "item", "label", "confidence", "n_labels", "margin", 
 #: the Spark schema (DDL) of ``relabel/``
 RELABEL_SCHEMA = ("rank long, item string, label string, confidence double, n_labels long, margin double, "
                   "relabel_gain double")
+#: the result's table of each worker's labels on the held-out gold (:func:`gold_worker_table`)
+GOLD_WORKERS = "gold_workers"
+#: the Spark schema (DDL) of ``gold_workers/``
+GOLD_WORKERS_SCHEMA = "worker string, gold_labels long, gold_right long"
 #: the relabel queue's order: (column, ascending), the last a unique key
 RELABEL_ORDER = (("margin", True), ("confidence", True), ("item", True))
 
@@ -99,7 +106,21 @@ def quality_summary(stats: Stats, workers: dict[str, np.ndarray], classes: tuple
     }
     if has_gold:
         out["calibration"] = calibration_from_stats(stats)
+        out["calibration"]["confusion"] = np.asarray(stats["gold_confusion"], dtype=np.int64).tolist()
     return out
+
+
+def gold_worker_table(stats: Stats, workers: tuple[str, ...]) -> Any:
+    """``gold_workers/``: the workers with labels on the held-out gold items, in the order of ``workers/``, with
+    ``gold_labels`` (their labels on those items) and ``gold_right`` (those equal to the gold), from the summed
+    :func:`crowdspark.quality.gold_worker_stats` (docs/decisions/0315-gold-workers-table.md)."""
+    from crowdspark.io.tables import worker_frame
+
+    counted = np.asarray(stats["gold_worker_labels"], dtype=np.int64)
+    on = counted > 0
+    return worker_frame(tuple(np.asarray(workers, dtype=object)[on]),
+                        {"gold_labels": counted[on],
+                         "gold_right": np.asarray(stats["gold_worker_right"], dtype=np.int64)[on]})
 
 
 def relabel_queue(items: Any, budget: int) -> Any:

@@ -1,5 +1,5 @@
-"""The last step of a run: its result directory (``items/``, ``workers/``, ``relabel/``, ``_model/``,
-``summary.json``), staged and committed atomically (:class:`crowdspark.io.sink.StagedOutput`), whichever engine produced the tables."""
+"""The last step of a run: its result directory (``items/``, ``workers/``, ``relabel/``, ``gold_workers/``,
+``_model/``, ``summary.json``), staged and committed atomically (:class:`crowdspark.io.sink.StagedOutput`), whichever engine produced the tables."""
 
 from __future__ import annotations
 
@@ -15,7 +15,13 @@ from crowdspark.io.sink import StagedOutput
 from crowdspark.io.tables import write_table
 from crowdspark.pipeline.fit import Fitted
 from crowdspark.pipeline.progress import progress
-from crowdspark.pipeline.quality import RELABEL_SCHEMA, relabel_queue
+from crowdspark.pipeline.quality import (
+    GOLD_WORKERS,
+    GOLD_WORKERS_SCHEMA,
+    RELABEL_SCHEMA,
+    gold_worker_table,
+    relabel_queue,
+)
 
 __all__ = ["write_result"]
 
@@ -44,8 +50,10 @@ def write_result(fitted: Fitted, items: Any, workers: pd.DataFrame, destination:
     whole table inside one task; docs/decisions/0107-worker-table-from-driver.md), else with Spark;
     ``relabel/`` from
     the rows the item-writing tasks kept, when they kept any (a pandas table, written like the worker table),
-    else from the item table (:func:`_written_items`).  :meth:`Fitted.write_extra` writes what the kind of run
-    adds before ``summary.json`` (an incremental night's item state).
+    else from the item table (:func:`_written_items`); with gold, ``gold_workers/``
+    (:func:`crowdspark.pipeline.quality.gold_worker_table`, written like the worker table).
+    :meth:`Fitted.write_extra` writes what the kind of run adds before ``summary.json`` (an incremental night's
+    item state).
     """
     start = time.perf_counter()
     fmt = config.output.format
@@ -57,6 +65,9 @@ def write_result(fitted: Fitted, items: Any, workers: pd.DataFrame, destination:
         if fitted.quality is not None:
             queue = relabel_queue(_written_items(items, written, out.path("items"), fmt), config.relabel.budget)
             write_table(queue, out.path("relabel"), fmt, spark, schema=RELABEL_SCHEMA)
+            if fitted.prepared.has_gold:
+                write_table(gold_worker_table(fitted.quality, fitted.encoding.workers), out.path(GOLD_WORKERS),
+                            fmt, spark, schema=GOLD_WORKERS_SCHEMA)
         for name, data in model_files(fitted.saved_model(config.algorithm)).items():
             out.write_bytes(f"{MODEL_FOLDER}/{name}", data)
         fitted.write_extra(out)

@@ -14,12 +14,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from crowdspark.config import GoldConfig
 from crowdspark.errors import CrowdsparkError
-from crowdspark.io.pandas_reader import prepare_gold, read_frame
 from crowdspark.io.paths import is_local
-from crowdspark.models.base import worker_confusion
 from crowdspark.report.tables import (
+    GOLD_WORKERS,
     item_batches,
     item_columns,
     item_record_batches,
@@ -27,13 +25,13 @@ from crowdspark.report.tables import (
     read_label_columns,
     read_queue,
     read_summary,
+    read_table,
     read_workers,
     table_format,
 )
-from crowdspark.rng import item_keys
 
-__all__ = ["Histogram", "Calibration", "GoldConfusion", "WorkerGold", "Changes", "ItemFacts", "RunFacts",
-           "summary_calibration", "gold_confusion", "worker_gold", "worker_matrices", "flag_columns", "class_bias", "spotlight_workers", "collect"]
+__all__ = ["Histogram", "Calibration", "GoldConfusion", "WorkerGold", "RunGold", "Changes", "ItemFacts", "RunFacts",
+           "summary_calibration", "gold_confusion", "worker_gold", "worker_gold_counted", "worker_matrices", "flag_columns", "class_bias", "spotlight_workers", "collect"]
 
 #: bins of the confidence histogram and of the reliability table (equal width on [0, 1])
 CONFIDENCE_BINS = 20
@@ -214,22 +212,62 @@ def worker_gold(workers: pd.DataFrame, labels: list[Any], truth: pd.Series, clas
         kept = who >= 0
         counted += np.bincount(who[kept], minlength=K)
         right += np.bincount(who[kept & (given == true) & (given >= 0)], minlength=K)
+    return _worker_gold_table(workers, counted, right, min_labels)
+
+
+def worker_gold_counted(workers: pd.DataFrame, counts: pd.DataFrame, min_labels: int = MIN_GOLD_LABELS
+                        ) -> WorkerGold:
+    """:func:`worker_gold` from the counts the run wrote (``gold_workers/``: ``worker``, ``gold_labels``,
+    ``gold_right``; a worker it does not list has no label on the held-out gold)."""
+    by_worker = counts.set_index(counts["worker"].astype(str))
+    names = workers["worker"].astype(str)
+    counted = by_worker["gold_labels"].reindex(names).fillna(0).to_numpy(dtype=np.int64)
+    right = by_worker["gold_right"].reindex(names).fillna(0).to_numpy(dtype=np.int64)
+    return _worker_gold_table(workers, counted, right, min_labels)
+
+
+def _worker_gold_table(workers: pd.DataFrame, counted: np.ndarray, right: np.ndarray, min_labels: int
+                       ) -> WorkerGold:
+    """The :class:`WorkerGold` of ``workers`` (K rows) from their labels on the held-out gold and the right
+    ones (both shape (K,))."""
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(counted > 0, right / counted, np.nan)
     table = workers[["worker", "n_labels", "accuracy"]].assign(gold_labels=counted, gold_accuracy=share)
     return WorkerGold(table=table[counted > 0].reset_index(drop=True), min_labels=min_labels)
 
 
+@dataclass(frozen=True)
+class RunGold:
+    """What the run wrote of its held-out gold: the inferred labels against the gold (``summary.json``'s
+    ``quality.calibration.confusion``, shape (C, C)) and each worker's labels on it (``gold_workers/``)."""
+
+    confusion: np.ndarray
+    workers: pd.DataFrame
+
+
+def _run_gold(summary: dict[str, Any], run_dir: str, fmt: str) -> RunGold | None:
+    """The held-out gold's figures as the run wrote them, or ``None`` for a result without them (written
+    before the run wrote them, without gold, or without quality statistics)."""
+    confusion = ((summary.get("quality") or {}).get("calibration") or {}).get("confusion")
+    table = read_table(run_dir, GOLD_WORKERS, fmt)
+    if not summary.get("inputs", {}).get("gold") or confusion is None or table is None:
+        return None
+    return RunGold(np.asarray(confusion, dtype=np.int64), table)
+
+
 def _worker_gold(summary: dict[str, Any], workers: pd.DataFrame | None, truth: pd.Series | None,
-                 classes: list[str]) -> tuple[WorkerGold | None, str]:
-    """Each worker's accuracy on the held-out gold, from the labels file the run read, or ``None`` and why."""
-    if truth is None or workers is None or not len(workers):
+                 classes: list[str], run_gold: RunGold | None = None) -> tuple[WorkerGold | None, str]:
+    """Each worker's accuracy on the held-out gold, from the counts the run wrote (``run_gold``) or else from
+    the labels file the run read, or ``None`` and why."""
+    if (truth is None and run_gold is None) or workers is None or not len(workers):
         return None, ""
     config = summary.get("config", {}).get("input", {})
     path = summary.get("inputs", {}).get("labels")
     if config.get("filter") or config.get("date_column") or summary.get("items_scope", "all").split(":")[0] != "all":
         return None, ("this run read part of its labels file (input.filter, a date window, or an incremental night), "
                       "which the report does not read again, so there is no accuracy on gold per worker")
+    if run_gold is not None:
+        return worker_gold_counted(workers, run_gold.workers), ""
     if not path or not is_local(path):
         return None, f"the labels {path!r} are not on local disk here, so there is no accuracy on gold per worker"
     columns = {role: config.get(role, role) for role in ("item", "worker", "label")}
@@ -337,6 +375,10 @@ def _gold_truth(summary: dict[str, Any], gold_path: str | None) -> tuple[pd.Seri
     if not path:
         return None, ("this run was given no gold (--gold), so there is no calibration against gold; "
                       "`crowdspark report RUN_DIR --gold FILE` draws it from a gold file")
+    from crowdspark.config import GoldConfig
+    from crowdspark.io.pandas_reader import prepare_gold, read_frame
+    from crowdspark.rng import item_keys
+
     config = GoldConfig(**{k: v for k, v in summary.get("config", {}).get("gold", {}).items()
                            if k in ("item", "truth", "format", "fit_fraction", "split_seed")})
     try:
@@ -395,11 +437,13 @@ def _item_pass(run_dir: str, fmt: str, numeric: list[str], truth: pd.Series | No
     scored_conf, scored_right = [], []
     confusion = np.zeros((len(classes), len(classes)), dtype=np.int64)
     gold_items = gold_truth = None
+    ids: list[str] = []
     if truth is not None:
         gold_items = pa.array(truth.index.to_numpy(dtype=object), type=pa.string())
         gold_truth = pa.array(truth.to_numpy(dtype=object), type=pa.string())
-    for batch in item_record_batches(run_dir, fmt, ["item", "label", *edges]):
-        for position, column in enumerate(edges, start=2):
+        ids = ["item", "label"]
+    for batch in item_record_batches(run_dir, fmt, [*ids, *edges]):
+        for position, column in enumerate(edges, start=len(ids)):
             counts[column] += _counts(_numbers(batch.column(position)), edges[column])
         if gold_items is None:
             continue
@@ -470,6 +514,8 @@ def worker_matrices(workers: pd.DataFrame, n_classes: int) -> np.ndarray:
     """Each worker's confusion matrix, shape (K, C, C), by the pipeline's rule
     (:func:`crowdspark.models.base.worker_confusion`) from a ``workers/`` table read back, whose ``confusion``
     cells are nested lists."""
+    from crowdspark.models.base import worker_confusion
+
     if "confusion" in workers:
         return worker_confusion({"confusion": _stacked(workers["confusion"].to_numpy())}, n_classes)
     return worker_confusion({"accuracy": workers["accuracy"].to_numpy(dtype=float)}, n_classes)
@@ -564,14 +610,17 @@ def collect(run_dir: str, gold_path: str | None = None) -> RunFacts:
     fmt = table_format(summary)
     workers = read_workers(run_dir, fmt)
     columns, numeric = item_columns(run_dir, fmt)
-    truth, calibration_note = _gold_truth(summary, gold_path)
+    run_gold = None if gold_path else _run_gold(summary, run_dir, fmt)
+    truth, calibration_note = (None, "") if run_gold is not None else _gold_truth(summary, gold_path)
     classes = [str(c) for c in summary.get("classes", [])]
     if columns:
         items, calibration, gold = _item_pass(run_dir, fmt, [c for c in numeric if c not in _NOT_DRAWN], truth,
                                               classes)
     else:
         items, calibration, gold = ItemFacts(), None, None
-    if truth is not None and gold is None:
+    if run_gold is not None and columns and run_gold.confusion.sum():
+        gold = GoldConfusion(classes, run_gold.confusion)
+    if (truth is not None or run_gold is not None) and gold is None:
         calibration_note = "no gold item is among this run's items, so there is no calibration against gold"
     calibration = (None if gold_path else summary_calibration(summary)) or calibration
     previous, changes_note = _previous_dir(summary)
@@ -582,5 +631,5 @@ def collect(run_dir: str, gold_path: str | None = None) -> RunFacts:
                      relabel=relabel)
     if workers is not None and len(workers):
         facts.spotlight = spotlight_workers(workers, changes, len(classes))
-    facts.worker_gold, facts.worker_gold_note = _worker_gold(summary, workers, truth, classes)
+    facts.worker_gold, facts.worker_gold_note = _worker_gold(summary, workers, truth, classes, run_gold)
     return facts

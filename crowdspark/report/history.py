@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -97,17 +98,33 @@ def drift_flags(values: pd.Series, floor: float, counts: pd.Series | None = None
         if not np.isfinite(x[t]) or len(nights) < min_nights:
             continue
         noise = max(trend_noise(nights, x[nights]), sampling[t])
-        flags[t] = abs(x[t] - np.median(x[nights])) > max(k * noise, floor)
+        flags[t] = abs(x[t] - _median(x[nights])) > max(k * noise, floor)
     return pd.Series(flags, index=values.index)
 
 
 def trend_noise(nights: np.ndarray, values: np.ndarray) -> float:
     """The robust standard deviation of ``values`` about their Theil-Sen line over ``nights`` (both shape (n,),
     n >= 2): ``1.4826 * median(|residual|)``."""
-    i, j = np.triu_indices(len(nights), k=1)
-    slope = float(np.median((values[j] - values[i]) / (nights[j] - nights[i])))
-    intercept = float(np.median(values)) - slope * float(np.median(nights))
-    return _MAD_TO_SD * float(np.median(np.abs(values - intercept - slope * nights)))
+    i, j = _pairs(len(nights))
+    slope = _median((values[j] - values[i]) / (nights[j] - nights[i]))
+    intercept = _median(values) - slope * _median(nights)
+    return _MAD_TO_SD * _median(np.abs(values - intercept - slope * nights))
+
+
+@lru_cache(maxsize=64)
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.triu_indices(n, k=1)``: every two of ``n`` positions."""
+    return np.triu_indices(n, k=1)
+
+
+def _median(values: np.ndarray) -> float:
+    """``float(np.median(values))`` of a short array (n >= 1): the middle value, or the mean of the two middle
+    values, of the sorted values (NaN when one is NaN), without :func:`numpy.median`'s overhead per call."""
+    ordered = np.sort(np.asarray(values, dtype=float))
+    if np.isnan(ordered[-1]):
+        return float("nan")
+    middle = len(ordered) // 2
+    return float(ordered[middle]) if len(ordered) % 2 else float((ordered[middle - 1] + ordered[middle]) / 2)
 
 
 def _night_dirs(root: str) -> list[tuple[str, str]]:
@@ -142,12 +159,26 @@ def _workers_of(run_dir: str, fmt: str, chosen: list[str] | None = None) -> pd.D
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    table = ds.dataset(path, format="parquet").to_table(columns=columns)
+    files = _parquet_files(path)
+    table = (pa.concat_tables([_read_parquet(f, columns) for f in files]) if files
+             else ds.dataset(path, format="parquet").to_table(columns=columns))
     worker = pc.cast(table.column("worker"), pa.string())
     if chosen is not None:
         table = table.filter(pc.is_in(worker, value_set=pa.array(chosen, type=pa.string())))
         worker = pc.cast(table.column("worker"), pa.string())
     return table.set_column(0, "worker", worker).to_pandas()
+
+
+def _parquet_files(path: str) -> list[str]:
+    """The files of the Parquet table folder ``path`` that a dataset reads (names not starting with ``_`` or
+    ``.``), in name order."""
+    return [os.path.join(path, name) for name in sorted(os.listdir(path)) if not name.startswith(("_", "."))]
+
+
+def _read_parquet(path: str, columns: list[str]) -> Any:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).read(columns=columns)
 
 
 def _queue_rows(run_dir: str, fmt: str) -> float:
@@ -160,9 +191,9 @@ def _queue_rows(run_dir: str, fmt: str) -> float:
             with open(os.path.join(path, name), "rb") as handle:
                 rows += max(sum(1 for _ in handle) - 1, 0)
         return float(rows)
-    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
 
-    return float(ds.dataset(path, format="parquet").count_rows())
+    return float(sum(pq.ParquetFile(f).metadata.num_rows for f in _parquet_files(path)))
 
 
 def _night_row(run_id: str, summary: dict[str, Any], relabel: float) -> dict[str, Any]:
@@ -225,12 +256,14 @@ def _prolific(order: pd.Index, tables: dict[str, pd.DataFrame | None], prolific:
     if latest is None:
         return pd.DataFrame(index=order)
     chosen = latest.nlargest(prolific, "n_labels")["worker"].astype(str).tolist()
-    out = pd.DataFrame(np.nan, index=order, columns=chosen)
-    for run_id in order:
+    names = pd.Index(chosen)
+    values = np.full((len(order), len(chosen)), np.nan)
+    for night, run_id in enumerate(order):
         table = tables.get(run_id)
         if table is None:
             continue
-        found = table.assign(worker=table["worker"].astype(str)).set_index("worker")[column]
-        found = found[~found.index.duplicated()]
-        out.loc[run_id] = found.reindex(chosen).to_numpy(dtype=float)
-    return out
+        at = names.get_indexer(table["worker"].astype(str).to_numpy(dtype=object))
+        rows = np.flatnonzero(at >= 0)
+        first = np.unique(at[rows], return_index=True)[1]  # a worker on two rows: its first
+        values[night, at[rows[first]]] = table[column].to_numpy(dtype=float)[rows[first]]
+    return pd.DataFrame(values, index=order, columns=chosen)

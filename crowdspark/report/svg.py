@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import math
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -124,8 +125,14 @@ def colour_at(anchors: Sequence[str], share: float) -> str:
     position = share * (len(anchors) - 1)
     k = min(int(position), len(anchors) - 2)
     t = position - k
-    a, b = (tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in (anchors[k], anchors[k + 1]))
+    a, b = _rgb(anchors[k]), _rgb(anchors[k + 1])
     return "#" + "".join(f"{round(x + (y - x) * t):02x}" for x, y in zip(a, b))
+
+
+@lru_cache(maxsize=None)
+def _rgb(colour: str) -> tuple[int, ...]:
+    """The red, green and blue of ``#rrggbb``."""
+    return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
 
 
 def _text(x: float, y: float, name: object, size: int = TICK, anchor: str = "middle", limit: int | None = None,
@@ -277,8 +284,8 @@ class Panel:
             if values is None or scale is None:
                 return _marker(marker, px[ok], py[ok], colour, size, opacity)
             colours = np.array([scale.colour(v) for v in np.asarray(values, dtype=float)[ok]])
-            return "".join(_marker(marker, px[ok][colours == c], py[ok][colours == c], c, size, opacity)
-                           for c in dict.fromkeys(colours))
+            return "".join(_marker(marker, px[ok][rows], py[ok][rows], c, size, opacity)
+                           for c, rows in _by_colour(colours))
 
         self._marks.append(draw)
         if label is not None:
@@ -437,6 +444,17 @@ _Tick = tuple[float, str, "int | None"]
 
 def _plain(ticks: list[tuple[float, str]]) -> list[_Tick]:
     return [(v, t, None) for v, t in ticks]
+
+
+def _by_colour(colours: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """Each distinct colour of ``colours`` (n,), in the order it first appears, with the positions that have it
+    (in order)."""
+    if not colours.size:
+        return []
+    distinct, first, which = np.unique(colours, return_index=True, return_inverse=True)
+    rows = np.argsort(which, kind="stable")
+    bounds = np.searchsorted(which[rows], np.arange(len(distinct) + 1))
+    return [(str(distinct[g]), rows[bounds[g]:bounds[g + 1]]) for g in np.argsort(first)]
 
 
 def _dots(px: np.ndarray, py: np.ndarray, colour: str, size: float, opacity: float = 1.0) -> str:

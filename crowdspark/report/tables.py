@@ -17,8 +17,12 @@ from crowdspark.errors import ConfigError, InputError
 from crowdspark.io.paths import is_local, strip_file_scheme
 from crowdspark.io.runs import read_latest
 
-__all__ = ["resolve_run_dir", "read_summary", "table_format", "read_workers", "item_columns", "item_batches",
+__all__ = ["GOLD_WORKERS", "resolve_run_dir", "read_summary", "table_format", "read_table", "read_workers", "item_columns", "item_batches",
            "item_record_batches", "read_queue", "read_label_columns", "dictionary_positions"]
+
+#: the result's table of each worker's labels on the held-out gold (``crowdspark.pipeline.quality.GOLD_WORKERS``,
+#: named here so that the report does not import the run's modules)
+GOLD_WORKERS = "gold_workers"
 
 _BATCH_ROWS = 1 << 20
 _ID_COLUMNS = ("item", "worker", "label")
@@ -71,9 +75,9 @@ def _csv_arrays(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def read_workers(run_dir: str, fmt: str) -> pd.DataFrame | None:
-    """``workers/`` as one frame (one row per worker), or ``None`` when the run has no such table."""
-    path = os.path.join(run_dir, "workers")
+def read_table(run_dir: str, name: str, fmt: str) -> pd.DataFrame | None:
+    """The table folder ``name`` of the result as one frame, or ``None`` when the run has no such table."""
+    path = os.path.join(run_dir, name)
     if not os.path.isdir(path):
         return None
     if fmt == "csv":
@@ -81,6 +85,11 @@ def read_workers(run_dir: str, fmt: str) -> pd.DataFrame | None:
         frames = [pd.read_csv(os.path.join(path, f), dtype={"worker": str}) for f in files]
         return _csv_arrays(pd.concat(frames, ignore_index=True)) if frames else None
     return pd.read_parquet(path)
+
+
+def read_workers(run_dir: str, fmt: str) -> pd.DataFrame | None:
+    """``workers/`` as one frame (one row per worker), or ``None`` when the run has no such table."""
+    return read_table(run_dir, "workers", fmt)
 
 
 def _parquet_dataset(path: str):
