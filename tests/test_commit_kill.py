@@ -7,7 +7,8 @@ yet renamed over it (``temp-written:<path>``); the hook is ``CROWDSPARK_TEST_KIL
 without ``--run-id``, the next run of the same command (on Spark, the command line's ``run_aggregate`` in the
 tests' SparkSession) must succeed without manual work, write the same answers as an uninterrupted run, leave
 the earlier results byte for byte as they were and leave no staging, moved-aside, temporary or lock file behind
-(docs/security.md, "The commit and its recovery").
+(docs/security.md, "The commit and its recovery"); and nothing the killed command line started (on Spark, its
+JVM and the JVM's Python workers) outlives it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -212,12 +214,36 @@ def _arguments(out: Path, engine: str, run_id: str | None) -> list[str]:
     return args + (["--run-id", run_id] if run_id is not None else [])
 
 
+#: the environment variable that marks a killed command line and every process it started (they inherit it)
+KILLED_MARK = "CROWDSPARK_TEST_KILLED_RUN"
+
+
 def _cli(out: Path, engine: str, run_id: str | None, kill: str | None = None) -> subprocess.CompletedProcess:
-    """The command line in its own process (on Spark, in its own Spark application)."""
+    """The command line in its own process (on Spark, in its own Spark application); with ``kill``, marked with
+    :data:`KILLED_MARK` = ``out``."""
     args = [sys.executable, "-m", "crowdspark", "aggregate", *_arguments(out, engine, run_id)]
-    env = {k: v for k, v in os.environ.items() if k != KILL_AFTER}
-    env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", **({KILL_AFTER: kill} if kill else {}))
+    env = {k: v for k, v in os.environ.items() if k not in (KILL_AFTER, KILLED_MARK)}
+    env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1",
+               **({KILL_AFTER: kill, KILLED_MARK: str(out)} if kill else {}))
     return subprocess.run(args, capture_output=True, text=True, env=env, timeout=900)
+
+
+def _marked(out: Path, within: float = 60.0) -> list[str]:
+    """The processes still running ``within`` seconds after the killed command line of ``out`` ended that carry
+    its :data:`KILLED_MARK` (its JVM, the JVM's Python workers), as "pid command"; polls ``/proc``."""
+    mark = f"{KILLED_MARK}={out}".encode()
+    deadline = time.monotonic() + within
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and mark in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(f"{entry.name} {(entry / 'cmdline').read_bytes()[:200]!r}")
+            except OSError:  # gone meanwhile, or not ours
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
 
 
 def _run(out: Path, engine: str, run_id: str | None, spark=None) -> None:
@@ -281,6 +307,7 @@ def _killed_and_rerun(tmp_path, tmp_path_factory, engine: str, run_id: str | Non
 
     killed = _cli(out, engine, run_id, point)
     assert killed.returncode == -signal.SIGKILL, f"{point} did not kill the run: {killed.stderr[-3000:]}"
+    assert _marked(out) == []  # nothing the killed command line started outlives it (on Spark: its JVM)
     if name in BEFORE_SWITCH:
         assert _tree(destination) == _tree(template / destination.relative_to(tmp_path))
 
