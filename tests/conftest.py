@@ -16,6 +16,14 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+#: the JVM options of every Spark application the tests start (the session below, and the command lines and
+#: spark-submits of the tests' subprocesses, which inherit the environment): only the C1 compiler and the
+#: serial collector.  A test's JVM lives a few seconds to a few minutes on kilobytes of data, so C2's compile
+#: threads and the parallel collector's threads cost more CPU than they save: about half of a Spark
+#: application's CPU (docs/decisions/0310-test-jvms-c1-serial-gc.md).  The launcher reads SPARK_SUBMIT_OPTS.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
+
 #: the environment variable that runs the full tier too (docs/testing.md)
 FULL_SUITE = "CROWDSPARK_FULL_SUITE"
 

@@ -4,9 +4,11 @@ The steps are the commit's (:data:`crowdspark.io.sink.COMMIT_STEPS`), the run ro
 (:data:`crowdspark.io.runs.RUN_ROOT_STEPS`) and the moment a metadata file's temporary copy is written but not
 yet renamed over it (``temp-written:<path>``); the hook is ``CROWDSPARK_TEST_KILL_AFTER``
 (:mod:`crowdspark.io.killpoint`).  After every one of them, on the local and on the Spark engine, with and
-without ``--run-id``, the next run of the same command must exit 0 without manual work, write the same answers
-as an uninterrupted run, leave the earlier results byte for byte as they were and leave no staging, moved-aside,
-temporary or lock file behind (docs/security.md, "The commit and its recovery").
+without ``--run-id``, the next run of the same command (on Spark, the command line's ``run_aggregate`` in the
+tests' SparkSession) must succeed without manual work, write the same answers as an uninterrupted run, leave
+the earlier results byte for byte as they were and leave no staging, moved-aside, temporary or lock file behind
+(docs/security.md, "The commit and its recovery"); and nothing the killed command line started (on Spark, its
+JVM and the JVM's Python workers) outlives it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -200,18 +203,60 @@ def test_a_metadata_file_is_written_to_a_temporary_name_then_renamed_over_the_ol
 # -- the whole command, killed with SIGKILL: local engine and Spark engine -------------------------------------
 
 
-def _cli(out: Path, engine: str, run_id: str | None, kill: str | None = None) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "crowdspark", "aggregate", "--labels", str(LABELS), "--gold", str(GOLD),
-            "--output", str(out), "--quiet", "--set", "nightly.keep_runs=5"]
-    if engine == "spark":  # the distributed engine, in the command's own SparkSession
+def _arguments(out: Path, engine: str, run_id: str | None) -> list[str]:
+    """The arguments of ``crowdspark aggregate`` writing ``out`` (or its run ``run_id``) on ``engine``."""
+    args = ["--labels", str(LABELS), "--gold", str(GOLD), "--output", str(out), "--quiet", "--set",
+            "nightly.keep_runs=5"]
+    if engine == "spark":  # the distributed engine
         args += ["--engine", "spark", "--master", "local[2]", "--set", "engine.small_input_bytes=0"]
     else:
         args += ["--engine", "local"]
-    if run_id is not None:
-        args += ["--run-id", run_id]
-    env = {k: v for k, v in os.environ.items() if k != KILL_AFTER}
-    env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", **({KILL_AFTER: kill} if kill else {}))
+    return args + (["--run-id", run_id] if run_id is not None else [])
+
+
+#: the environment variable that marks a killed command line and every process it started (they inherit it)
+KILLED_MARK = "CROWDSPARK_TEST_KILLED_RUN"
+
+
+def _cli(out: Path, engine: str, run_id: str | None, kill: str | None = None) -> subprocess.CompletedProcess:
+    """The command line in its own process (on Spark, in its own Spark application); with ``kill``, marked with
+    :data:`KILLED_MARK` = ``out``."""
+    args = [sys.executable, "-m", "crowdspark", "aggregate", *_arguments(out, engine, run_id)]
+    env = {k: v for k, v in os.environ.items() if k not in (KILL_AFTER, KILLED_MARK)}
+    env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1",
+               **({KILL_AFTER: kill, KILLED_MARK: str(out)} if kill else {}))
     return subprocess.run(args, capture_output=True, text=True, env=env, timeout=900)
+
+
+def _marked(out: Path, within: float = 60.0) -> list[str]:
+    """The processes still running ``within`` seconds after the killed command line of ``out`` ended that carry
+    its :data:`KILLED_MARK` (its JVM, the JVM's Python workers), as "pid command"; polls ``/proc``."""
+    mark = f"{KILLED_MARK}={out}".encode()
+    deadline = time.monotonic() + within
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and mark in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(f"{entry.name} {(entry / 'cmdline').read_bytes()[:200]!r}")
+            except OSError:  # gone meanwhile, or not ours
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+def _run(out: Path, engine: str, run_id: str | None, spark=None) -> None:
+    """An uninterrupted run of the command: on the local engine the command line in its own process; on Spark
+    the command line's own ``run_aggregate`` (its checks, recovery, fit and commit) in the tests' SparkSession,
+    not a Spark application of its own (30-60 CPU seconds each, docs/testing.md)."""
+    if engine != "spark":
+        done = _cli(out, engine, run_id)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return
+    from crowdspark.cli import build_parser, run_aggregate
+
+    run_aggregate(build_parser().parse_args(["aggregate", *_arguments(out, engine, run_id)]), spark=spark)
 
 
 def _answers(result: Path) -> dict[str, object]:
@@ -235,22 +280,24 @@ def _assert_same_answers(got: dict[str, object], expected: dict[str, object]) ->
 _EARLIER: dict[tuple[str, str | None], tuple[Path, dict[str, object]]] = {}
 
 
-def _earlier(tmp_path_factory, engine: str, run_id: str | None) -> tuple[Path, dict[str, object]]:
+def _earlier(tmp_path_factory, engine: str, run_id: str | None, spark=None) -> tuple[Path, dict[str, object]]:
     """A folder holding the earlier results (``out``; with a run id, the runs of two nights, the second being
     the night the killed run writes again) and the answers of an uninterrupted run of that night."""
     key = (engine, run_id)
     if key not in _EARLIER:
         folder = tmp_path_factory.mktemp(f"earlier-{engine}-{'runs' if run_id else 'output'}")
         for night in ((EARLIER, run_id) if run_id else (None,)):
-            done = _cli(folder / "out", engine, night)
-            assert done.returncode == 0, done.stderr[-3000:]
+            _run(folder / "out", engine, night, spark)
         destination = folder / "out" / (f"run_id={run_id}" if run_id else "")
         _EARLIER[key] = folder, _answers(destination)
     return _EARLIER[key]
 
 
-def _killed_and_rerun(tmp_path, tmp_path_factory, engine: str, run_id: str | None, name: str, point: str) -> None:
-    template, expected = _earlier(tmp_path_factory, engine, run_id)
+def _killed_and_rerun(tmp_path, tmp_path_factory, engine: str, run_id: str | None, name: str, point: str,
+                      spark=None) -> None:
+    """The command line killed with SIGKILL after ``point`` in its own process, then the next run of the same
+    command (:func:`_run`)."""
+    template, expected = _earlier(tmp_path_factory, engine, run_id, spark)
     shutil.copytree(template, tmp_path, dirs_exist_ok=True)
     out = tmp_path / "out"
     destination = out / f"run_id={run_id}" if run_id else out
@@ -260,11 +307,11 @@ def _killed_and_rerun(tmp_path, tmp_path_factory, engine: str, run_id: str | Non
 
     killed = _cli(out, engine, run_id, point)
     assert killed.returncode == -signal.SIGKILL, f"{point} did not kill the run: {killed.stderr[-3000:]}"
+    assert _marked(out) == []  # nothing the killed command line started outlives it (on Spark: its JVM)
     if name in BEFORE_SWITCH:
         assert _tree(destination) == _tree(template / destination.relative_to(tmp_path))
 
-    again = _cli(out, engine, run_id)
-    assert again.returncode == 0, again.stderr[-3000:]
+    _run(out, engine, run_id, spark)
     _assert_same_answers(_answers(destination), expected)
     assert owned_kind(LocalFiles(), str(destination)) == RESULT
     after = _tree(out)
@@ -294,8 +341,8 @@ SPARK_EVERY_SUITE = ("staged-complete", "old-deleted")
 def _spark_cases() -> list:
     """The Spark engine's kill points.  Every suite kills a plain ``--output`` run at :data:`SPARK_EVERY_SUITE`;
     the commit's other steps and those of a run root are the same code on both engines (the local engine's
-    cases kill every one of them in every suite), and each Spark case starts two Spark applications, so they are
-    in the full tier (``CROWDSPARK_FULL_SUITE=1``, or ``CROWDSPARK_KILL_MATRIX=full``)."""
+    cases kill every one of them in every suite), and each Spark case starts a Spark application (the killed
+    command line), so they are in the full tier (``CROWDSPARK_FULL_SUITE=1``, or ``CROWDSPARK_KILL_MATRIX=full``)."""
     every_time = os.environ.get("CROWDSPARK_KILL_MATRIX") == "full"
     return [case if every_time or (case.values[0] is None and case.values[1] in SPARK_EVERY_SUITE)
             else pytest.param(*case.values, id=case.id, marks=pytest.mark.full)
@@ -305,6 +352,6 @@ def _spark_cases() -> list:
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.parametrize("run_id, name, point", _spark_cases())
-def test_a_spark_run_killed_after_each_step_is_finished_by_the_next_run(tmp_path, tmp_path_factory, run_id, name,
-                                                                        point):
-    _killed_and_rerun(tmp_path, tmp_path_factory, "spark", run_id, name, point)
+def test_a_spark_run_killed_after_each_step_is_finished_by_the_next_run(spark, tmp_path, tmp_path_factory, run_id,
+                                                                        name, point):
+    _killed_and_rerun(tmp_path, tmp_path_factory, "spark", run_id, name, point, spark)

@@ -436,31 +436,51 @@ def test_an_interrupted_night_changes_nothing_and_its_rerun_gives_the_same_answe
 
 
 # ---- on Spark -----------------------------------------------------------------------------------------------
+#: the Spark nights' lake: five nights that go through every kind of night of :data:`SPEC`'s eight (a first full
+#: fit, nights that revisit items, a missing day carried forward, a night after it that revisits none), each
+#: night on Spark being some 20-100 Spark jobs
+SPARK_SPEC = LakeSpec(days=5, items_per_day=120, labels_per_item=4, n_workers=16, n_classes=3, revisit=0.3,
+                      new_workers_per_day=1, missing_days=(2,), seed=11)
+
+
+@pytest.fixture(scope="module")
+def spark_lake(tmp_path_factory):
+    return written_lake(tmp_path_factory.mktemp("spark-lake"), SPARK_SPEC)
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.parametrize("small", [False, pytest.param(True, marks=pytest.mark.full)], ids=["spark-engine", "collected"])
-def test_spark_nights_give_the_local_nights_answers(spark, lake, tmp_path, small, monkeypatch):
-    labels, gold, _ = lake
+def test_spark_nights_give_the_local_nights_answers(spark, spark_lake, tmp_path, small, monkeypatch):
+    labels, gold, _ = spark_lake
+    last = SPARK_SPEC.date(SPARK_SPEC.days - 1)
     local, distributed = config(), config(engine="spark", spark_small=small)
     if small:  # remote files (simulated): Spark reads the days, the small night is collected to the driver
         monkeypatch.setattr("crowdspark.pipeline.source._pandas_files", lambda *args, **kwargs: None)
-    for d in range(SPEC.days):
-        a = night(local, labels, tmp_path / "local", SPEC.date(d), gold=gold)
-        b = night(distributed, labels, tmp_path / "spark", SPEC.date(d), spark=spark, gold=gold)
+    kinds = []
+    for d in range(SPARK_SPEC.days):
+        a = night(local, labels, tmp_path / "local", SPARK_SPEC.date(d), gold=gold)
+        b = night(distributed, labels, tmp_path / "spark", SPARK_SPEC.date(d), spark=spark, gold=gold)
         assert a.summary["incremental"]["kind"] == b.summary["incremental"]["kind"]
+        kinds.append((b.summary["incremental"]["kind"], b.summary["incremental"].get("items_revisited")))
         assert b.summary["engine"] == ("local" if small else "spark")
         assert a.summary["inputs"]["days"] == b.summary["inputs"]["days"]
+    # every kind of night: the first full fit, nights that revisit items, the missing day carried forward, a
+    # night after it that revisits none
+    assert kinds[0][0] == "full refit" and kinds[SPARK_SPEC.missing_days[0]][0] == "carried forward"
+    revisited = [n for kind, n in kinds if kind == "incremental"]
+    assert 0 in revisited and max(revisited) > 0
     for name in ("items", "_incremental/items"):
-        x, y = table(tmp_path / "local", SPEC.date(7), name), table(tmp_path / "spark", SPEC.date(7), name)
+        x, y = table(tmp_path / "local", last, name), table(tmp_path / "spark", last, name)
         assert sorted(x["item"]) == sorted(y["item"])
-    assert_same_answers(table(tmp_path / "local", SPEC.date(7), "items"), table(tmp_path / "spark", SPEC.date(7), "items"))
-    x, y = (table(tmp_path / e, SPEC.date(7), "items").set_index("item").sort_index() for e in ("local", "spark"))
+    assert_same_answers(table(tmp_path / "local", last, "items"), table(tmp_path / "spark", last, "items"))
+    x, y = (table(tmp_path / e, last, "items").set_index("item").sort_index() for e in ("local", "spark"))
     for column in ITEM_COLUMNS:  # each item's quality columns, from the night that last fitted it
         np.testing.assert_allclose(x[column].to_numpy(float), y[column].to_numpy(float), rtol=0, atol=1e-9)
     # read with Spark, the whole answer is the same
-    assert_same_answers(read_items(str(tmp_path / "spark"), spark).toPandas(), table(tmp_path / "local", SPEC.date(7),
+    assert_same_answers(read_items(str(tmp_path / "spark"), spark).toPandas(), table(tmp_path / "local", last,
                                                                                   "items"))
-    a, b = carried_of(tmp_path / "local", SPEC.date(7)), carried_of(tmp_path / "spark", SPEC.date(7))
+    a, b = carried_of(tmp_path / "local", last), carried_of(tmp_path / "spark", last)
     assert a.n_items == b.n_items and a.n_labels == b.n_labels
 
 
