@@ -17,7 +17,9 @@ item, 10,000 workers, 5 classes; :func:`benchmarks.common.ds_dataset`), then its
 of ``--history-nights`` copies of it, and the pages' share of the run's wall time and CPU time (user + system
 of each command's process tree: the wall time of a page on a shared machine is its CPU time stretched by the
 load, while the run also waits on the JVM); then the CPU time of each page built in one process after its
-imports, what the pages add when the run writes them itself (``aggregate --report``).
+imports; then the next night of the same job into the root of those nights with ``--report`` (and
+``nightly.keep_runs=0``), which writes its report and the root's history page (of ``--history-nights`` + 1
+nights) in its own process, and logs each page's CPU seconds: the pages' share of the rest of that run's CPU.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from benchmarks.common import ROOT, ds_dataset, machine, run_measured
@@ -113,10 +116,17 @@ def _spark_side_by_side(labels: int, nights: int) -> None:
         pages = _measured([*_CLI, "report", str(history), "--history"], dict(os.environ))
         warm = [float(x) for x in subprocess.run([sys.executable, "-c", _AFTER_IMPORTS, str(night), str(history)],
                                                  check=True, capture_output=True, text=True).stdout.split()]
+        # the next night of the same job into the root of those nights, writing its report and the root's history
+        # page itself (aggregate --report); the pages' CPU is the process time the run logs for each
+        nightly = [*command[:command.index("--output")], "--output", str(history), "--run-id", "2026-12-01",
+                   "--report", "--set", "nightly.keep_runs=0"]
+        nightly.remove("--quiet")
+        job = _measured_logged(nightly, env)
     print("| what | wall s | CPU s | peak RSS MiB |\n|---|---|---|---|")
     for what, (wall, cpu, peak) in ((f"spark-submit --master local[2], ds, {labels:,} labels, gold", run),
                                     ("crowdspark report of that night", report),
-                                    (f"crowdspark report --history of {nights} such nights", pages)):
+                                    (f"crowdspark report --history of {nights} such nights", pages),
+                                    (f"the same spark-submit with --report into the root of {nights} nights", job[:3])):
         print(f"| {what} | {wall:.1f} | {cpu:.1f} | {peak:.0f} |")
     for unit, k in (("wall", 0), ("CPU", 1)):
         print(f"pages / run, {unit}: report {report[k] / run[k]:.3f}, history {pages[k] / run[k]:.3f}, "
@@ -124,6 +134,33 @@ def _spark_side_by_side(labels: int, nights: int) -> None:
     print(f"after the imports (as aggregate --report writes them in the run's process), CPU s: report {warm[0]:.2f}, "
           f"history {warm[1]:.2f}; pages / run {warm[0] / run[1]:.3f}, {warm[1] / run[1]:.3f}, "
           f"both {sum(warm) / run[1]:.3f}")
+    written = job[3]
+    print(f"aggregate --report, the pages' CPU s as the run logs them: report {written['report']:.2f}, history page "
+          f"{written['history page']:.2f}; pages / the rest of that run's CPU "
+          f"{sum(written.values()) / (job[1] - sum(written.values())):.3f}")
+
+
+#: runs a command with its stderr kept, then prints the peak RSS (KiB) of its largest process
+_PEAK_WRAPPER = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
+                 "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+
+def _measured_logged(command: list[str], env: dict[str, str]) -> tuple[float, float, float, dict[str, float]]:
+    """:func:`_measured` of a run with ``--report``, and the CPU seconds its log gives each page it wrote."""
+    import re
+
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", _PEAK_WRAPPER, *command], env=env, capture_output=True, text=True,
+                          check=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    pages = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r"crowdspark\.cli: (report|history page) written to .* \(([0-9.]+) CPU s\)", proc.stderr)}
+    peak = int(proc.stdout.rstrip("\n").split("\n")[-1]) / 1024
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, peak, pages
 
 
 def main(argv: list[str] | None = None) -> None:

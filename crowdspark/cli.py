@@ -252,7 +252,10 @@ def _write_run_report(destination: str, root: str | None = None) -> str | None:
                                                          if root else [])
     for what, write, target, flag in pages:
         try:
+            wall, cpu = time.perf_counter(), time.process_time()
             page = write(target)
+            log.info("%s written to %s in %.2f s (%.2f CPU s)", what, page, time.perf_counter() - wall,
+                     time.process_time() - cpu)
             written = written or page
         except Exception as exc:  # noqa: BLE001 - the results are committed; the pages are extras
             log.debug("the %s of %s failed", what, target, exc_info=True)

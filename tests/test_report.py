@@ -204,11 +204,15 @@ def test_an_incremental_nights_report_says_its_items_are_the_nights(tmp_path):
     assert "items: fitted this night" in second and "crowdspark items" in second
 
 
-def test_a_rerun_replaces_a_result_holding_its_report(runs, tmp_path):
+def test_a_rerun_replaces_a_result_holding_its_report(runs, tmp_path, caplog):
     out = tmp_path / "again"
     _aggregate(*BLUEBIRD, "--algorithm", "mv", "--output", str(out), "--report")
-    _aggregate(*BLUEBIRD, "--algorithm", "mv", "--output", str(out), "--report")
+    with caplog.at_level("INFO", logger="crowdspark.cli"):
+        _aggregate(*BLUEBIRD, "--algorithm", "mv", "--output", str(out), "--report")
     assert (out / REPORT_FILE).exists()
+    # the run says what its page cost (benchmarks/report_cost.py reads it)
+    said = [r.getMessage() for r in caplog.records if r.name == "crowdspark.cli" and "CPU s)" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"report written to {out / REPORT_FILE} in ")
 
 
 def test_bad_run_directories_are_refused(tmp_path, capsys):
