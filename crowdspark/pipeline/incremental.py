@@ -439,7 +439,7 @@ def _accuracy_moves(ctx: _Context, workers: pd.DataFrame, previous: str | None) 
         return []
     path = f"{previous.rstrip('/')}/workers"
     try:
-            before = ctx.frames.to_pandas(ctx.frames.read(path, "the previous run's workers"))
+        before = ctx.frames.to_pandas(ctx.frames.read(path, "the previous run's workers"))
     except InputError as exc:
         log.warning("no accuracy moves: %s", exc)
         return []

@@ -46,6 +46,9 @@ from crowdspark.stats import Stats
 
 __all__ = [
     "STATE_FOLDER",
+    "STATE",
+    "RESP",
+    "INDEX",
     "STATE_SCHEMA",
     "state_path",
     "resp_batch",
@@ -63,7 +66,6 @@ __all__ = [
 STATE_FOLDER = "_incremental"
 INDEX_FILE = f"{STATE_FOLDER}/index.arrow"
 INDEX_FOLDER = f"{STATE_FOLDER}/index"
-
 
 #: the item state's columns (the module's docstring)
 STATE = pa.schema([("item", pa.string()), ("days", pa.list_(pa.string())), ("labels", pa.int64()),
