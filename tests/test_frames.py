@@ -40,7 +40,8 @@ def outcomes(frames, tmp_path) -> dict:
     touched = frames.distinct(labels, "item")
     days = frames.grouped_sets(labels, "item", "day", ("days", "labels"))
     folder = str(tmp_path / type(frames).__name__)
-    written = frames.write(days, folder, STATE, sort_by="item", rows_per_group=2)
+    frames.write(days, folder, STATE, sort_by="item", rows_per_group=2)
+    written = frames.written(days, folder)
     keys = frames.where(index, "run", 1)
     read = frames.semi_join(frames.read(folder, "the state", keys=keys, schema=STATE), keys, ["item"])
     marked = frames.with_constant(frames.select(index, ["item"]), "run", 7, pa.int32())
@@ -109,7 +110,8 @@ def test_local_frames_write_one_sorted_file_of_row_groups_and_read_only_the_grou
     frames = LocalFrames()
     table = pa.table({"item": [f"i{n:03d}" for n in range(10)][::-1], "labels": pa.array(range(10), pa.int64())})
     schema = table.schema
-    assert frames.write(table, str(tmp_path / "s"), schema, sort_by="item", rows_per_group=3) is table
+    frames.write(table, str(tmp_path / "s"), schema, sort_by="item", rows_per_group=3)
+    assert frames.written(table, str(tmp_path / "s")) is table
     handle = pq.ParquetFile(os.path.join(tmp_path / "s", "part-00000.parquet"))
     assert handle.num_row_groups == 4 and handle.read()["item"].to_pylist() == sorted(table["item"].to_pylist())
     keys = pd.DataFrame({"item": ["i004"]})

@@ -84,11 +84,13 @@ class Frames(Protocol):
         """The Parquet table at ``path`` without its rows (only its metadata is read)."""
 
     def write(self, table: Table, directory: str, schema: Any, *, sort_by: str | None = None,
-              rows_per_group: int | None = None) -> Table:
+              rows_per_group: int | None = None) -> None:
         """Write ``table`` (of ``schema``) as Parquet into ``directory``, sorted by ``sort_by`` (within each
-        Spark partition; a local table as one file of row groups of ``rows_per_group`` rows), and return the
-        written rows for further use (Spark: the files read back, so the plan that computed them does not run
-        again; locally: ``table``)."""
+        Spark partition; a local table as one file of row groups of ``rows_per_group`` rows)."""
+
+    def written(self, table: Table, directory: str) -> Table:
+        """The rows of ``table`` that :meth:`write` wrote into ``directory``, for further use: Spark reads the
+        files back (the plan that computed them does not run again); locally ``table`` itself."""
 
     def adopt(self, table: Table, schema: Any) -> Table:
         """A driver table (pandas or pyarrow, of ``schema``) as a table of this kind; a table of this kind as it
@@ -269,7 +271,7 @@ class LocalFrames:
         return ds.dataset(strip_file_scheme(path), format="parquet").schema.empty_table()
 
     def write(self, table: Table, directory: str, schema: Any, *, sort_by: str | None = None,
-              rows_per_group: int | None = None) -> Table:
+              rows_per_group: int | None = None) -> None:
         from crowdspark.io.paths import is_local, strip_file_scheme
 
         rows = _arrow(table, schema)
@@ -280,9 +282,11 @@ class LocalFrames:
             folder = strip_file_scheme(directory)
             os.makedirs(folder, exist_ok=True)
             pq.write_table(rows, os.path.join(folder, "part-00000.parquet"), row_group_size=rows_per_group)
-            return table
+            return
         frame = self.spark.createDataFrame(rows.to_pandas(), ddl(schema))
         (frame.coalesce(1) if sort_by else frame).write.mode("overwrite").parquet(directory)  # one file keeps the order
+
+    def written(self, table: Table, directory: str) -> Table:
         return table
 
     def adopt(self, table: Table, schema: Any) -> Table:
@@ -426,8 +430,10 @@ class SparkFrames:
         return self.spark.read.parquet(path).limit(0)
 
     def write(self, table: Table, directory: str, schema: Any, *, sort_by: str | None = None,
-              rows_per_group: int | None = None) -> Table:
+              rows_per_group: int | None = None) -> None:
         (table.sortWithinPartitions(sort_by) if sort_by else table).write.mode("overwrite").parquet(directory)
+
+    def written(self, table: Table, directory: str) -> Table:
         return self.spark.read.parquet(directory)
 
     def adopt(self, table: Table, schema: Any) -> Table:

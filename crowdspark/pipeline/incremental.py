@@ -329,8 +329,11 @@ class Night(Fitted):
 
     def write_extra(self, out: StagedOutput) -> None:
         """Write the item state, its index, the day partitions read and the chain into the staged result."""
-        written = write_state(self.frames, self.state, out.path(f"{STATE_FOLDER}/items"))
-        index = self.index if self.index is not None else index_of(self.frames, written, 0)  # a full refit: every item
+        path = out.path(f"{STATE_FOLDER}/items")
+        write_state(self.frames, self.state, path)
+        index = self.index
+        if index is None:  # a full refit: every item of its state
+            index = index_of(self.frames, self.frames.written(self.state, path), 0)
         write_index(self.frames, index, out.staging)
         out.write_json(PARTITIONS_FILE, payload(self.partitions))
         if self.previous is not None:

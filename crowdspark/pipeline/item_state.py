@@ -104,11 +104,10 @@ def state_table(frames: Frames, resp: Table, labels: Table, as_of: _dt.date) -> 
                          STATE.names)
 
 
-def write_state(frames: Frames, table: Table, directory: str) -> Table:
+def write_state(frames: Frames, table: Table, directory: str) -> None:
     """Write an item state table as Parquet, sorted by item (within each Spark partition), so that the row
-    groups' key statistics let a later night skip the groups without a touched item; the written rows for further
-    use (:meth:`Frames.write`)."""
-    return frames.write(table, directory, STATE, sort_by="item", rows_per_group=STATE_ROW_GROUP)
+    groups' key statistics let a later night skip the groups without a touched item."""
+    frames.write(table, directory, STATE, sort_by="item", rows_per_group=STATE_ROW_GROUP)
 
 
 def revisit_summary(frames: Frames, rows: Table) -> tuple[int, int, list[str]]:
