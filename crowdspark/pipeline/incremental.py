@@ -46,12 +46,12 @@ from crowdspark.models.base import Model
 from crowdspark.models.registry import ALGORITHMS, build_model, model_class, model_parameters
 from crowdspark.pipeline.days import DayReader
 from crowdspark.pipeline.fit import Fitted, RunOptions
+from crowdspark.pipeline.frames import Frames, Table, frames_for
 from crowdspark.pipeline.item_state import (
     STATE_FOLDER,
     index_of,
     previous_sums,
     read_index,
-    read_table,
     resp_batch,
     revisit_summary,
     state_path,
@@ -276,6 +276,8 @@ class Night(Fitted):
         The model when no fit ran (the previous run's, carried forward).
     partitions : dict
         The fingerprint of every day the night's chain has read (:mod:`crowdspark.pipeline.partitions`).
+    frames : Frames
+        The operations of its tables (:mod:`crowdspark.pipeline.frames`).
     """
 
     item_table: Any = None
@@ -287,6 +289,7 @@ class Night(Fitted):
     saved: SavedModel | None = None
     partitions: dict[str, Any] = field(default_factory=dict)
     spark: Any = field(default=None, repr=False)
+    frames: Frames | None = field(default=None, repr=False)
 
     @property
     def encoding(self) -> Encoding:
@@ -327,12 +330,11 @@ class Night(Fitted):
     def write_extra(self, out: StagedOutput) -> None:
         """Write the item state, its index, the day partitions read and the chain into the staged result."""
         path = out.path(f"{STATE_FOLDER}/items")
-        write_state(self.state, path, self.spark)
+        write_state(self.frames, self.state, path)
         index = self.index
-        if index is None:  # a full refit: every item of its state (on Spark, read back from what was written)
-            written = hasattr(self.state, "sparkSession")
-            index = index_of(read_table(path, self.spark, "the item state") if written else self.state, 0)
-        write_index(index, out.staging, self.spark)
+        if index is None:  # a full refit: every item of its state
+            index = index_of(self.frames, self.frames.written(self.state, path), 0)
+        write_index(self.frames, index, out.staging)
         out.write_json(PARTITIONS_FILE, payload(self.partitions))
         if self.previous is not None:
             out.write_json(CHAIN_FILE, chain_payload(self.previous, out.destination, self.spark))
@@ -359,36 +361,10 @@ class _Context:
     choice: EngineChoice
     small: dict[str, Any] | None = None
 
-
-def _small_frame(table: Any) -> pd.DataFrame:
-    """A table of workers (size K, a driver table) as a pandas frame."""
-    if isinstance(table, pd.DataFrame):
-        return table
-    return table.to_pandas() if hasattr(table, "to_pandas") else table.toPandas()
-
-
-def _union(a: Any, b: Any) -> Any:
-    if isinstance(a, pd.DataFrame):
-        return pd.concat([a, b], ignore_index=True)
-    return a.unionByName(b)
-
-
-def _touched(new: Any) -> Any:
-    if isinstance(new, pd.DataFrame):
-        return pd.DataFrame({"item": pd.unique(new["item"])})
-    return new.select("item").distinct()
-
-
-def _of_items(labels: Any, items: Any) -> Any:
-    if isinstance(labels, pd.DataFrame):
-        return labels.loc[labels["item"].isin(set(items["item"])).to_numpy()].reset_index(drop=True)
-    return labels.join(items.select("item"), "item", "left_semi")
-
-
-def _distinct_labels(new: Any) -> list[str]:
-    if isinstance(new, pd.DataFrame):
-        return sorted(set(new["label"].dropna()))
-    return sorted(r[0] for r in new.select("label").distinct().limit(MAX_CLASSES + 1).collect() if r[0] is not None)
+    @property
+    def frames(self) -> Frames:
+        """The operations of the night's tables: Spark's when Spark reads the labels, else the driver's."""
+        return frames_for(self.reader.distributed, self.spark)
 
 
 def _small(ctx: _Context, days: list[str]) -> dict[str, Any] | None:
@@ -466,11 +442,10 @@ def _accuracy_moves(ctx: _Context, workers: pd.DataFrame, previous: str | None) 
         return []
     path = f"{previous.rstrip('/')}/workers"
     try:
-        before = read_table(path, ctx.spark if ctx.reader.distributed else None, "the previous run's workers")
+        before = ctx.frames.to_pandas(ctx.frames.read(path, "the previous run's workers"))
     except InputError as exc:
         log.warning("no accuracy moves: %s", exc)
         return []
-    before = _small_frame(before)
     both = workers[["worker", "accuracy"]].merge(before[["worker", "accuracy"]], on="worker", suffixes=("", "_before"))
     both["change"] = both["accuracy"] - both["accuracy_before"]
     order = both["change"].abs().sort_values(ascending=False, kind="stable").index[:top]
@@ -549,25 +524,10 @@ def _late_days(ctx: _Context, plan: NightPlan) -> tuple[dict[str, Any], list[str
     return lake, found.late
 
 
-def _late_labels(ctx: _Context, late: list[str]) -> tuple[Any, dict[str, int]]:
+def _late_labels(ctx: _Context, late: list[str]) -> tuple[Table, dict[str, int]]:
     """The labels of the ``late`` days, and the labels of each."""
     frame = ctx.reader.days(late)
-    if isinstance(frame, pd.DataFrame):
-        counts = frame["day"].value_counts().items()
-    else:
-        counts = ((r["day"], r["count"]) for r in frame.groupBy("day").count().collect())
-    return frame, {str(day): int(n) for day, n in sorted(counts)}
-
-
-def _no_rows(path: str, spark: Any) -> Any:
-    """The table at ``path`` without its rows (its schema only; nothing is read but metadata)."""
-    if spark is not None:
-        return spark.read.parquet(path).limit(0)
-    import pyarrow.dataset as ds
-
-    from crowdspark.io.paths import strip_file_scheme
-
-    return ds.dataset(strip_file_scheme(path), format="parquet").schema.empty_table()
+    return frame, {str(day): int(n) for day, n in sorted(ctx.frames.count_by(frame, "day").items())}
 
 
 def _read_bytes(path: str, spark: Any) -> bytes:
@@ -646,32 +606,31 @@ class NightSource:
         return _reading(ctx, labels, tuple(ctx.config.input.classes), sorted(counts))
 
     def _read_incremental(self) -> Reading | None:
-        ctx, plan = self.ctx, self.plan
+        ctx, plan, frames = self.ctx, self.plan, self.ctx.frames
         start = _dt.date.fromisoformat(plan.carried.as_of) + _dt.timedelta(days=1)
         lake, late = _late_days(ctx, plan)
         new, counts = ctx.reader.range(start, ctx.as_of)
         late_counts: dict[str, int] = {}
         if late:
             late_frame, late_counts = _late_labels(ctx, late)
-            new, counts = _union(new, late_frame), dict(sorted({**counts, **late_counts}.items()))
+            new, counts = frames.union([new, late_frame]), dict(sorted({**counts, **late_counts}.items()))
         manifest = _manifest(ctx, sum(counts.values()), counts, Window(ctx.config.input.date_column, start, ctx.as_of),
                              late_counts)
         self._read = {"manifest": manifest, "lake": lake, "late_counts": late_counts}
         if not sum(counts.values()):
             _list_files(manifest, ctx, lake, [])
             return None
-        outside = sorted(set(_distinct_labels(new)) - set(plan.saved.classes))
+        outside = sorted(set(frames.distinct_values(new, "label", limit=MAX_CLASSES + 1)) - set(plan.saved.classes))
         if outside:
             raise _Refit(f"the new days bring label(s) {outside[:10]} outside the previous run's classes "
                          f"{list(plan.saved.classes)}")
-        touched = _touched(new)
-        spark = ctx.spark if ctx.reader.distributed else None
-        runs = chain_runs(plan.previous, spark)
-        index = read_index(plan.previous, spark)
-        rows = state_rows(index, touched, runs, ctx.spark)
-        n_revisited, n_earlier, days = revisit_summary(rows)
-        earlier = _of_items(ctx.reader.days(days), touched) if days else None
-        labels = new if earlier is None else _union(new, earlier)
+        touched = frames.distinct(new, "item")
+        runs = chain_runs(plan.previous, ctx.spark if ctx.reader.distributed else None)
+        index = read_index(frames, plan.previous)
+        rows = state_rows(frames, index, touched, runs)
+        n_revisited, n_earlier, days = revisit_summary(frames, rows)
+        earlier = frames.semi_join(ctx.reader.days(days), touched, ["item"]) if days else None
+        labels = new if earlier is None else frames.union([new, earlier])
         _list_files(manifest, ctx, lake, sorted(set(counts) | set(days)))
         self._read.update(labels=labels, touched=touched, runs=runs, index=index, rows=rows, earlier=earlier,
                           revisited=(n_revisited, n_earlier), days=days)
@@ -693,8 +652,8 @@ class NightSource:
         model = _model_like(plan.saved, enc.n_workers)
         width = int(plan.carried.item_sums.shape[0])
         days = read["days"]
-        removed = previous_sums(read["earlier"], read["rows"], enc, self.ctx.as_of, config.incremental.decay,
-                                width) if days else {}
+        removed = previous_sums(self.ctx.frames, read["earlier"], read["rows"], enc, self.ctx.as_of,
+                                config.incremental.decay, width) if days else {}
         found = (int(removed.get("n_items", 0)), int(removed.get("n_labels", 0)))
         n_revisited, n_earlier = read["revisited"]
         if found != (n_revisited, n_earlier):
@@ -715,11 +674,11 @@ class NightSource:
         the index of the chain, and the summary's ``incremental`` section."""
         ctx, read = self.ctx, self._read
         sums = _carry_pass(fitted)
-        state = state_table(_resp_table(fitted), read["labels"], ctx.as_of, ctx.spark)
+        state = state_table(ctx.frames, _resp_table(fitted), read["labels"], ctx.as_of)
         if self.full:
             night = Night(fitted.model, fitted.result, fitted.prepared, fitted.summary, fitted.quality,
-                          fitted.spammer_threshold, state=state, spark=ctx.spark, partitions=read["lake"],
-                          carried=_carried(sums, ctx.as_of, ctx.as_of.isoformat(), ctx.config))
+                          fitted.spammer_threshold, state=state, spark=ctx.spark, frames=ctx.frames,
+                          partitions=read["lake"], carried=_carried(sums, ctx.as_of, ctx.as_of.isoformat(), ctx.config))
             _report(night, ctx, "full refit", self.reason, {"items_fitted": night.carried.n_items,
                                                             "labels_fitted": night.carried.n_labels})
             return night
@@ -732,8 +691,9 @@ class NightSource:
                           n_items=base.n_items + int(sums["n_items"]), n_labels=base.n_labels + int(sums["n_labels"]),
                           as_of=ctx.as_of.isoformat())
         night = Night(fitted.model, fitted.result, fitted.prepared, fitted.summary, fitted.quality,
-                      fitted.spammer_threshold, state=state, spark=ctx.spark, partitions=read["lake"],
-                      index=updated_index(read["index"], read["touched"], len(read["runs"]), ctx.spark),
+                      fitted.spammer_threshold, state=state, spark=ctx.spark, frames=ctx.frames,
+                      partitions=read["lake"], index=updated_index(ctx.frames, read["index"], read["touched"],
+                                                                  len(read["runs"])),
                       previous=self.plan.previous, carried=carried)
         late = read["late_counts"]
         _report(night, ctx, "incremental", self.plan.reason, {
@@ -747,21 +707,21 @@ class NightSource:
 
     def without_fit(self) -> Night:
         """A night without new labels: the previous result, with its carried summary decayed to this night."""
-        ctx, plan = self.ctx, self.plan
+        ctx, plan, frames = self.ctx, self.plan, self.ctx.frames
         previous, spark = plan.previous.rstrip("/"), ctx.spark if ctx.reader.distributed else None
         summary = json.loads(_read_bytes(f"{previous}/summary.json", spark).decode("utf-8"))
         elapsed = (ctx.as_of - _dt.date.fromisoformat(plan.carried.as_of)).days
         carried = replace(plan.carried.decayed(ctx.config.incremental.decay ** elapsed), as_of=ctx.as_of.isoformat())
-        workers = _small_frame(read_table(f"{previous}/workers", spark, "the previous run's workers"))
+        workers = frames.to_pandas(frames.read(f"{previous}/workers", "the previous run's workers"))
         summary.update(iterations=0, history=[], converged=True, stop_reason="no new labels: the previous result is "
                        "carried forward", resumed_from_iteration=None, warnings=[], config=ctx.config.to_dict(),
                        timings=ctx.timer.timings)
         for key in ("metrics", "quality", "small_input", "recovered", "warm_start"):  # what tonight did not compute
             summary.pop(key, None)
         model = _model_like(plan.saved, len(plan.saved.workers))
-        night = Night(model, None, None, summary, saved=plan.saved, carried=carried, spark=ctx.spark,
-                      worker_table=workers, item_table=_no_rows(f"{previous}/items", spark),
-                      state=_no_rows(state_path(previous), spark), index=read_index(previous, spark),
+        night = Night(model, None, None, summary, saved=plan.saved, carried=carried, spark=ctx.spark, frames=frames,
+                      worker_table=workers, item_table=frames.no_rows(f"{previous}/items"),
+                      state=frames.no_rows(state_path(previous)), index=read_index(frames, previous),
                       previous=plan.previous, partitions=self._read["lake"])
         record_inputs(summary, self._read["manifest"])
         _report(night, ctx, "carried forward", "no labels on the days after the previous run",

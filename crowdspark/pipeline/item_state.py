@@ -21,9 +21,10 @@ as Parquet, ``_incremental/index/``; each engine reads the other's.  A night rea
 the runs it names for the touched items (usually the day before), and writes the index again with the touched
 items pointing at itself.
 
-Tables are pyarrow Tables when the labels were read with pandas (the history's rows are filtered and written
-without a Python object per row) and Spark DataFrames (lazy, nothing item-level collected) when Spark read them;
-the rows of the items fitted this run come from the engine (pandas or Spark).
+Every operation is written once against :class:`~crowdspark.pipeline.frames.Frames`: pyarrow Tables on the driver
+when the labels were read with pandas (the history's rows are filtered and written without a Python object per
+row), Spark DataFrames (lazy, nothing item-level collected) when Spark read them; the rows of the items fitted this
+run come from the engine (pandas or Spark).
 """
 
 from __future__ import annotations
@@ -31,23 +32,25 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from functools import partial
-from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from crowdspark.block import Block
 from crowdspark.engine.carry import label_sums
 from crowdspark.errors import InputError
-from crowdspark.io.datatree import tree_from_bytes, tree_to_bytes
 from crowdspark.io.rules import Encoding
-from crowdspark.stats import Stats, add_stats, sum_stats
+from crowdspark.pipeline.frames import Frames, Table, ddl
+from crowdspark.stats import Stats
 
 __all__ = [
     "STATE_FOLDER",
+    "STATE",
+    "RESP",
+    "INDEX",
     "STATE_SCHEMA",
     "state_path",
-    "read_table",
     "resp_batch",
     "state_table",
     "revisit_summary",
@@ -63,8 +66,19 @@ __all__ = [
 STATE_FOLDER = "_incremental"
 INDEX_FILE = f"{STATE_FOLDER}/index.arrow"
 INDEX_FOLDER = f"{STATE_FOLDER}/index"
-STATE_SCHEMA = "item string, days array<string>, labels long, visited string, resp array<double>"
-RESP_SCHEMA = "item string, resp array<double>"
+
+#: the item state's columns (the module's docstring)
+STATE = pa.schema([("item", pa.string()), ("days", pa.list_(pa.string())), ("labels", pa.int64()),
+                   ("visited", pa.string()), ("resp", pa.list_(pa.float64()))])
+#: the fitted items' responsibilities (:func:`resp_batch`)
+RESP = pa.schema([("item", pa.string()), ("resp", pa.list_(pa.float64()))])
+#: the index: the position in ``chain + [run]`` of the run holding each item's newest state row
+INDEX = pa.schema([("item", pa.string()), ("run", pa.int32())])
+STATE_SCHEMA = ddl(STATE)
+
+#: rows per Parquet row group of a local state table: a night reads only the groups whose key range holds a
+#: touched item
+STATE_ROW_GROUP = 4096
 
 
 def state_path(run: str) -> str:
@@ -72,178 +86,34 @@ def state_path(run: str) -> str:
     return f"{run.rstrip('/')}/{STATE_FOLDER}/items"
 
 
-def _is_spark(table: Any) -> bool:
-    import pyarrow as pa
-
-    return not isinstance(table, (pd.DataFrame, pa.Table))
-
-
-def _arrow_state_schema():
-    import pyarrow as pa
-
-    return pa.schema([("item", pa.string()), ("days", pa.list_(pa.string())), ("labels", pa.int64()),
-                      ("visited", pa.string()), ("resp", pa.list_(pa.float64()))])
-
-
-def read_table(path: str, spark: Any, what: str) -> Any:
-    """The Parquet table at ``path``: with Spark when ``spark`` is given, else with pyarrow.
-
-    Raises
-    ------
-    InputError
-        When it cannot be read (the previous run is not one an incremental run can continue).
-    """
-    try:
-        if spark is not None:
-            return spark.read.parquet(path)
-        import pyarrow.parquet as pq
-
-        from crowdspark.io.paths import strip_file_scheme
-
-        return pq.read_table(strip_file_scheme(path))
-    except Exception as exc:  # noqa: BLE001 - any reader's failure means the same to the user
-        raise InputError(f"cannot read {what} at {path!r} ({type(exc).__name__}: {str(exc)[:300]}); the previous "
-                         "run is incomplete or was not written by an incremental run: run a full refit (--full-refit)"
-                         ) from exc
-
-
 def resp_batch(block: Block, resp: np.ndarray):
     """One block's ``(item, resp)`` rows as an Arrow record batch (:meth:`Engine.items`'s ``to_batch``)."""
-    import pyarrow as pa
-
     from crowdspark.io.tables import _list_array
 
     return pa.RecordBatch.from_pydict({"item": pa.array(np.asarray(block.item_ids, dtype=object), type=pa.string()),
                                        "resp": _list_array(resp)})
 
 
-def _days_of_items(labels: Any) -> Any:
-    """``item``, ``days`` (sorted distinct days of the item's labels), ``labels`` (their number)."""
-    if _is_spark(labels):
-        from pyspark.sql import functions as F
-
-        return labels.groupBy("item").agg(F.array_sort(F.collect_set("day")).alias("days"),
-                                          F.count(F.lit(1)).alias("labels"))
-    item = labels["item"].to_numpy(dtype=object)
-    day = labels["day"].to_numpy(dtype=object)
-    order = np.lexsort((day, item))
-    item, day = item[order], day[order]
-    new_item = np.r_[True, item[1:] != item[:-1]]
-    new_pair = new_item | np.r_[True, day[1:] != day[:-1]]
-    starts = np.flatnonzero(new_item)
-    pair_starts = np.cumsum(new_pair)[starts] - 1  # first pair of each item
-    return {"item": item[starts], "days": day[new_pair], "day_offsets": np.r_[pair_starts, new_pair.sum()],
-            "labels": np.diff(np.r_[starts, len(item)])}
+def state_table(frames: Frames, resp: Table, labels: Table, as_of: _dt.date) -> Table:
+    """The state rows of the items fitted this run: their ``resp`` (``item``, ``resp`` (R)) with the sorted
+    distinct days of their ``labels`` (``item``, ``day``), their number, and ``visited`` = ``as_of``; in the order
+    of ``resp`` on the driver."""
+    days = frames.grouped_sets(labels, "item", "day", ("days", "labels"))
+    joined = frames.join(frames.adopt(resp, RESP), days, "item")
+    return frames.select(frames.with_constant(joined, "visited", as_of.isoformat(), pa.string()),
+                         STATE.names)
 
 
-def state_table(resp: Any, labels: Any, as_of: _dt.date, spark: Any) -> Any:
-    """The state rows of the items fitted this run: their ``resp`` (``item``, ``resp``) with the days of their
-    ``labels`` and ``visited`` = ``as_of``."""
-    days = _days_of_items(labels)
-    if _is_spark(labels):
-        from pyspark.sql import functions as F
-
-        resp = resp if _is_spark(resp) else spark.createDataFrame(resp, RESP_SCHEMA)
-        joined = resp.join(days, "item").withColumn("visited", F.lit(as_of.isoformat()))
-        return joined.select("item", "days", "labels", "visited", "resp")
-    import pyarrow as pa
-
-    rows = pd.Index(days["item"]).get_indexer(resp["item"].to_numpy(dtype=object))
-    if (rows < 0).any():
-        raise ValueError("fitted items without labels")
-    offsets = days["day_offsets"]
-    lists = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(days["days"], type=pa.string()))
-    values = np.stack(resp["resp"].to_numpy()) if len(resp) else np.zeros((0, 0))
-    width = values.shape[1] if values.ndim == 2 else 0
-    resp_lists = pa.ListArray.from_arrays(pa.array(np.arange(0, len(resp) * width + 1, width, dtype=np.int32)),
-                                          pa.array(values.reshape(-1).astype(np.float64)))
-    return pa.table({"item": pa.array(resp["item"].to_numpy(dtype=object), type=pa.string()),
-                     "days": lists.take(pa.array(rows)), "labels": pa.array(days["labels"][rows].astype(np.int64)),
-                     "visited": pa.array([as_of.isoformat()] * len(resp), type=pa.string()),
-                     "resp": resp_lists}, schema=_arrow_state_schema())
-
-
-def _pandas(table: Any) -> pd.DataFrame:
-    return table if isinstance(table, pd.DataFrame) else table.to_pandas()
-
-
-#: rows per Parquet row group of a local state table: a night reads only the groups whose key range holds a
-#: touched item
-STATE_ROW_GROUP = 4096
-
-
-def write_state(table: Any, directory: str, spark: Any) -> None:
+def write_state(frames: Frames, table: Table, directory: str) -> None:
     """Write an item state table as Parquet, sorted by item (within each Spark partition), so that the row
     groups' key statistics let a later night skip the groups without a touched item."""
-    import pyarrow as pa
-
-    from crowdspark.io.paths import is_local, strip_file_scheme
-
-    if _is_spark(table):
-        table.sortWithinPartitions("item").write.mode("overwrite").parquet(directory)
-        return
-    if not isinstance(table, pa.Table):
-        table = pa.Table.from_pandas(table, schema=_arrow_state_schema(), preserve_index=False)
-    table = table.sort_by("item")
-    if is_local(directory):
-        import pyarrow.parquet as pq
-
-        os.makedirs(strip_file_scheme(directory), exist_ok=True)
-        pq.write_table(table, os.path.join(strip_file_scheme(directory), "part-00000.parquet"),
-                       row_group_size=STATE_ROW_GROUP)
-    else:
-        spark.createDataFrame(table.to_pandas(), STATE_SCHEMA).coalesce(1).write.mode("overwrite").parquet(directory)
+    frames.write(table, directory, STATE, sort_by="item", rows_per_group=STATE_ROW_GROUP)
 
 
-def _rows_of_items(directory: str, items: Any) -> Any:
-    """The rows of the local Parquet state table at ``directory`` whose ``item`` is in ``items`` (a pyarrow
-    string array), reading only the row groups whose ``item`` range can hold one of them."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from crowdspark.io.paths import strip_file_scheme
-
-    wanted = np.sort(np.asarray(items.to_pylist(), dtype=object).astype(str))
-    folder = strip_file_scheme(directory)
-    parts = []
-    try:
-        names = sorted(n for n in os.listdir(folder) if n.endswith(".parquet"))
-        for name in names:
-            handle = pq.ParquetFile(os.path.join(folder, name))
-            column = handle.schema_arrow.get_field_index("item")
-            groups = [g for g in range(handle.num_row_groups)
-                      if _may_hold(handle.metadata.row_group(g).column(column).statistics, wanted)]
-            if groups:
-                parts.append(handle.read_row_groups(groups))
-    except Exception as exc:  # noqa: BLE001 - any reader's failure means the same to the user
-        raise InputError(f"cannot read an earlier run's item state at {directory!r} ({type(exc).__name__}: "
-                         f"{str(exc)[:300]}); run a full refit (--full-refit)") from exc
-    if not parts:
-        return _arrow_state_schema().empty_table()
-    table = pa.concat_tables(parts)
-    return table.filter(pc.is_in(table["item"], value_set=items))
-
-
-def _may_hold(statistics: Any, wanted: np.ndarray) -> bool:
-    """Whether a row group with these ``item`` statistics can hold one of the sorted keys ``wanted``."""
-    if statistics is None or not statistics.has_min_max:
-        return True
-    low, high = str(statistics.min), str(statistics.max)
-    first = np.searchsorted(wanted, low, side="left")
-    return bool(first < len(wanted) and wanted[first] <= high)
-
-
-def revisit_summary(rows: Any) -> tuple[int, int, list[str]]:
+def revisit_summary(frames: Frames, rows: Table) -> tuple[int, int, list[str]]:
     """The number of state rows, their labels and their distinct ``days`` (one small job on Spark: days, not
     items, reach the driver)."""
-    if _is_spark(rows):
-        from pyspark.sql import functions as F
-
-        row = rows.agg(F.count(F.lit(1)).alias("n"), F.sum("labels").alias("labels"),
-                       F.array_distinct(F.flatten(F.collect_list("days"))).alias("days")).collect()[0]
-        return int(row["n"]), int(row["labels"] or 0), sorted(row["days"] or [])
-    return int(len(rows)), int(rows["labels"].sum()), sorted({day for days in rows["days"] for day in days})
+    return frames.totals(rows, "labels", "days")
 
 
 def _weights(visited: np.ndarray, as_of: _dt.date, decay: float) -> np.ndarray:
@@ -278,43 +148,21 @@ def _sums_of_frame(frame: pd.DataFrame, encoding: Encoding, as_of: _dt.date, dec
                  resp.astype(np.float64), encoding, as_of, decay)
 
 
-def _sums_partition(batches, encoding: Encoding, as_of: _dt.date, decay: float, width: int):
-    """mapInArrow function: one partition's previous contributions, as one data-only archive."""
-    import pyarrow as pa
-
-    frames = [batch.to_pandas() for batch in batches]
-    total = {}
-    if frames:
-        frame = pd.concat(frames, ignore_index=True)
-        if len(frame):
-            total = _sums_of_frame(frame, encoding, as_of, decay, width)
-    yield pa.RecordBatch.from_pydict({"sums": [tree_to_bytes(total)]}, schema=pa.schema([("sums", pa.binary())]))
-
-
-def previous_sums(earlier: Any, rows: Any, encoding: Encoding, as_of: _dt.date, decay: float, width: int) -> Stats:
+def previous_sums(frames: Frames, earlier: Table, rows: Table, encoding: Encoding, as_of: _dt.date, decay: float,
+                  width: int) -> Stats:
     """The previous contributions of refitted items: their earlier labels (``item``, ``worker``, ``label``)
     with their state ``rows`` (``item``, ``visited``, ``resp`` (R = ``width``)), weighted by ``decay`` ** the
     days since their last fit.  Every item of ``rows`` must have labels in ``earlier``."""
-    if _is_spark(earlier):
-        joined = earlier.select("item", "worker", "label").join(rows.select("item", "visited", "resp"), "item")
-        parts = joined.repartition("item").mapInArrow(
-            partial(_sums_partition, encoding=encoding, as_of=as_of, decay=decay, width=width), "sums binary")
-        return sum_stats(tree_from_bytes(bytes(r["sums"])) for r in parts.collect())
-    joined = earlier[["item", "worker", "label"]].merge(rows[["item", "visited", "resp"]], on="item")
-    return add_stats({}, _sums_of_frame(joined, encoding, as_of, decay, width))
+    joined = frames.join(frames.select(earlier, ["item", "worker", "label"]),
+                         frames.select(rows, ["item", "visited", "resp"]), "item")
+    return frames.sum_groups(joined, "item", partial(_sums_of_frame, encoding=encoding, as_of=as_of, decay=decay,
+                                                     width=width))
 
 
 # ---- the index: where each item's newest state row is ------------------------------------------------------
-def _arrow_index(items: Any, ordinal: int):
-    import pyarrow as pa
-
-    items = items if isinstance(items, (pa.Array, pa.ChunkedArray)) else pa.array(items, type=pa.string())
-    return pa.table({"item": items, "run": pa.array(np.full(len(items), ordinal, dtype=np.int32))})
-
-
-def read_index(run: str, spark: Any) -> Any:
-    """The index of the run at ``run``: a pyarrow Table (``spark`` ``None``; the Arrow IPC file memory-mapped)
-    or a Spark DataFrame.
+def read_index(frames: Frames, run: str) -> Table:
+    """The index of the run at ``run``: its Arrow IPC file (memory-mapped) or its Parquet folder, whichever the
+    tables' engine reads best (Spark: the folder; on the driver: the file).
 
     Raises
     ------
@@ -325,18 +173,13 @@ def read_index(run: str, spark: Any) -> Any:
     from crowdspark.io.paths import is_local, strip_file_scheme
 
     run = run.rstrip("/")
-    files = files_for(run, spark)
+    files = files_for(run, None if frames.local else frames.spark)
     arrow, folder = f"{run}/{INDEX_FILE}", f"{run}/{INDEX_FOLDER}"
     try:
-        if spark is not None and files.exists(folder):
-            return spark.read.parquet(folder)
-        if files.exists(arrow) and is_local(arrow):
-            import pyarrow as pa
-
-            table = pa.ipc.open_file(pa.memory_map(strip_file_scheme(arrow))).read_all()
-            return table if spark is None else spark.createDataFrame(table.to_pandas(), "item string, run int")
+        if files.exists(arrow) and is_local(arrow) and (frames.local or not files.exists(folder)):
+            return frames.adopt(pa.ipc.open_file(pa.memory_map(strip_file_scheme(arrow))).read_all(), INDEX)
         if files.exists(folder):
-            return read_table(folder, None, "the previous run's index")
+            return frames.read(folder, "the previous run's index")
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - any reader's failure means the same to the user
@@ -346,71 +189,40 @@ def read_index(run: str, spark: Any) -> Any:
                      "by an older crowdspark; run a full refit (--full-refit)")
 
 
-def index_of(state: Any, ordinal: int) -> Any:
+def index_of(frames: Frames, state: Table, ordinal: int) -> Table:
     """The index of the items of a state table, all pointing at the run at position ``ordinal``."""
-    if _is_spark(state):
-        from pyspark.sql import functions as F
-
-        return state.select("item", F.lit(ordinal).cast("int").alias("run"))
-    return _arrow_index(state["item"], ordinal)
+    return frames.with_constant(frames.select(state, ["item"]), "run", ordinal, pa.int32())
 
 
-def updated_index(index: Any, fitted: Any, ordinal: int, spark: Any) -> Any:
-    """``index`` with the items of ``fitted`` (a table with ``item``) pointing at the run at ``ordinal``."""
-    if _is_spark(index):
-        fitted = fitted if _is_spark(fitted) else spark.createDataFrame(_pandas(fitted)[["item"]], "item string")
-        return index.join(fitted.select("item"), "item", "left_anti").unionByName(index_of(fitted, ordinal))
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    items = pa.array(pd.unique(_pandas(fitted)["item"]), type=pa.string())
-    kept = index.filter(pc.invert(pc.is_in(index["item"], value_set=items)))
-    return pa.concat_tables([kept, _arrow_index(items, ordinal)])
+def updated_index(frames: Frames, index: Table, fitted: Table, ordinal: int) -> Table:
+    """``index`` with the items of ``fitted`` (a table of distinct ``item``) pointing at the run at ``ordinal``."""
+    fitted = frames.adopt(fitted, pa.schema([INDEX.field("item")]))
+    return frames.union([frames.anti_join(index, fitted, "item"), index_of(frames, fitted, ordinal)])
 
 
-def write_index(index: Any, run: str, spark: Any) -> None:
-    """Write ``index`` into the (staged) run at ``run``: Arrow IPC locally, Parquet with Spark."""
+def write_index(frames: Frames, index: Table, run: str) -> None:
+    """Write ``index`` into the (staged) run at ``run``: one Arrow IPC file from the driver to a local path (read
+    memory-mapped), else Parquet."""
     from crowdspark.io.paths import is_local, strip_file_scheme
 
-    if not _is_spark(index) and is_local(run):
-        import pyarrow as pa
-
+    if frames.local and is_local(run):
         path = strip_file_scheme(f"{run.rstrip('/')}/{INDEX_FILE}")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with pa.ipc.new_file(path, index.schema) as writer:
             writer.write_table(index)
         return
-    if not _is_spark(index):
-        index = spark.createDataFrame(index.to_pandas(), "item string, run int")
-    index.write.mode("overwrite").parquet(f"{run.rstrip('/')}/{INDEX_FOLDER}")
+    frames.write(index, f"{run.rstrip('/')}/{INDEX_FOLDER}", INDEX)
 
 
-def state_rows(index: Any, touched: Any, runs: list[str], spark: Any) -> Any:
+def state_rows(frames: Frames, index: Table, touched: Table, runs: list[str]) -> Table:
     """The newest state rows of the ``touched`` items (a table with ``item``) that the chain ``runs`` fitted:
-    only the state deltas of the runs the index names for them are read (a pandas frame locally)."""
-    if _is_spark(index):
-        from pyspark.sql import functions as F
-
-        hits = index.join(touched.select("item").distinct(), "item", "left_semi")
-        ordinals = sorted(int(r["run"]) for r in hits.select("run").distinct().collect())
-        if not ordinals:
-            return spark.createDataFrame([], STATE_SCHEMA)
-        parts = [read_table(state_path(runs[o]), spark, "an earlier run's item state")
-                 .withColumn("run", F.lit(o).cast("int")) for o in ordinals]
-        union = parts[0]
-        for part in parts[1:]:
-            union = union.unionByName(part)
-        return union.join(hits, ["item", "run"], "left_semi").drop("run")
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    items = pa.array(pd.unique(_pandas(touched)["item"]), type=pa.string())
-    hits = index.filter(pc.is_in(index["item"], value_set=items))
-    ordinals = np.unique(hits["run"].to_numpy())
-    frames = []
-    for o in ordinals:
-        wanted = hits.filter(pc.equal(hits["run"], pa.scalar(int(o), pa.int32())))["item"]
-        frames.append(_rows_of_items(state_path(runs[int(o)]), wanted.combine_chunks()))
-    if not frames:
-        return _arrow_state_schema().empty_table().to_pandas()
-    return pa.concat_tables(frames).to_pandas()
+    only the state deltas of the runs the index names for them are read (on the driver: only their row groups
+    that can hold a touched item)."""
+    hits = frames.semi_join(index, touched, ["item"])
+    ordinals = frames.distinct_values(hits, "run")
+    if not ordinals:
+        return frames.adopt(STATE.empty_table(), STATE)
+    parts = [frames.with_constant(frames.read(state_path(runs[o]), "an earlier run's item state", schema=STATE,
+                                              keys=frames.where(hits, "run", o)), "run", o, pa.int32())
+             for o in ordinals]
+    return frames.drop(frames.semi_join(frames.union(parts), hits, ["item", "run"]), "run")
