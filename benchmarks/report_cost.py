@@ -56,8 +56,8 @@ def _nights(folder: Path) -> None:
 
 
 def _history_root(night: Path, root: Path, nights: int) -> None:
-    """A run root of ``nights`` nights, each the files of ``night`` the history page reads (linked, not copied),
-    dated one day apart."""
+    """A run root of ``nights`` nights, each the tables of ``night`` (linked, not copied: what the history page
+    reads, and the items and gold counts a later night's report compares with), dated one day apart."""
     import datetime as dt
     import json
     import shutil
@@ -69,7 +69,7 @@ def _history_root(night: Path, root: Path, nights: int) -> None:
     for n in range(nights):
         day = (dt.date(2026, 1, 1) + dt.timedelta(days=n)).isoformat()
         run = root / f"run_id={day}"
-        for table in ("workers", "relabel"):
+        for table in ("workers", "relabel", "items", "gold_workers"):
             if (night / table).is_dir():
                 shutil.copytree(night / table, run / table, copy_function=os.link)
         summary["inputs"] = {**summary.get("inputs", {}), "as_of": day, "run_id": day}
@@ -158,7 +158,9 @@ def _measured_logged(command: list[str], env: dict[str, str]) -> tuple[float, fl
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     pages = {m.group(1): float(m.group(2)) for m in re.finditer(
-        r"crowdspark\.cli: (report|history page) written to .* \(([0-9.]+) CPU s\)", proc.stderr)}
+        r"crowdspark\.cli: (report|history page) written to .* \(([0-9.]+) CPU s\)", proc.stdout + proc.stderr)}  # spark-submit's Python writes its log to stdout
+    if set(pages) != {"report", "history page"}:
+        raise RuntimeError(f"the run did not log both pages it writes: {proc.stderr[-3000:]}")
     peak = int(proc.stdout.rstrip("\n").split("\n")[-1]) / 1024
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, peak, pages
 

@@ -559,3 +559,26 @@ def test_the_runs_gold_counts_add_up_over_any_blocks_and_match_the_labels():
         expected = np.zeros((C, C), dtype=np.int64)
         np.add.at(expected, (held[held >= 0], np.concatenate(inferred)[held >= 0]), 1)
         assert np.array_equal(found["gold_confusion"], expected)
+
+
+def test_the_items_that_flipped_are_pandas_merges_rows():
+    """The comparison with the previous run (Arrow's hash lookup) gives the rows, order and index of a pandas inner
+    merge of the two runs' items, and so the same flip table and most confident flips."""
+    import pyarrow as pa
+
+    from crowdspark.report.facts import _flipped_items
+
+    rng = np.random.default_rng(3)
+    n = 2000
+    items = np.array([f"item {k}" for k in range(n)], dtype=object)
+    now = pd.DataFrame({"item": items[rng.permutation(n)[:1500]], "label": rng.choice(list("abc"), 1500),
+                        "confidence": np.round(rng.random(1500), 1)})  # many ties
+    then = pd.DataFrame({"item": items[rng.permutation(n)[:1600]], "label": rng.choice(list("abc"), 1600),
+                         "confidence": np.round(rng.random(1600), 1)})
+    both = now.merge(then, on="item", suffixes=("", "_before"))
+    expected = both[both["label"] != both["label_before"]]
+    shared, flipped = _flipped_items(*(pa.Table.from_pandas(f, preserve_index=False) for f in (now, then)))
+    assert shared == len(both) and 0 < len(flipped) < shared
+    pd.testing.assert_frame_equal(flipped[expected.columns], expected, check_index_type=False)
+    top = [f.sort_values("confidence", ascending=False).head(20) for f in (flipped, expected)]
+    pd.testing.assert_frame_equal(top[0][top[1].columns], top[1], check_index_type=False)

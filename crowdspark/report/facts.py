@@ -18,7 +18,6 @@ from crowdspark.errors import CrowdsparkError
 from crowdspark.io.paths import is_local
 from crowdspark.report.tables import (
     GOLD_WORKERS,
-    item_batches,
     item_columns,
     item_record_batches,
     dictionary_positions,
@@ -485,10 +484,41 @@ def _worker_moves(current: pd.DataFrame, previous: pd.DataFrame) -> tuple[pd.Dat
             both["change"].to_numpy(), len(current) - len(both), len(previous) - len(both))
 
 
-def _item_labels(run_dir: str, fmt: str) -> pd.DataFrame:
-    columns = ["item", "label", "confidence"]
-    frames = list(item_batches(run_dir, fmt, columns))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+#: the columns of two runs' items the comparison reads
+_COMPARED = ("item", "label", "confidence")
+
+
+def _item_labels(run_dir: str, fmt: str) -> Any:
+    """``items/``'s item, label and confidence as one pyarrow Table (no Python object per cell)."""
+    import pyarrow as pa
+
+    batches = list(item_record_batches(run_dir, fmt, _COMPARED))
+    if batches:
+        return pa.Table.from_batches(batches).cast(pa.schema([("item", pa.string()), ("label", pa.string()),
+                                                              ("confidence", pa.float64())]))
+    return pa.table({"item": pa.array([], pa.string()), "label": pa.array([], pa.string()),
+                     "confidence": pa.array([], pa.float64())})
+
+
+def _flipped_items(now: Any, then: Any) -> tuple[int, pd.DataFrame]:
+    """The items of both runs (pyarrow Tables of :func:`_item_labels`): how many, and those whose label changed
+    (``item``, ``label``, ``confidence``, ``label_before``, ``confidence_before``) in the order of ``now``, indexed by
+    their position among the shared items in that order.  Each item of ``now`` is looked up in a hash set of
+    ``then``'s; only the flipped rows become pandas objects."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    found = pc.index_in(now["item"], value_set=then["item"])
+    shared = now.filter(pc.is_valid(found))
+    before = then.take(found.filter(pc.is_valid(found)))
+    changed = pc.fill_null(pc.not_equal(shared["label"], before["label"]), True).to_numpy(zero_copy_only=False)
+    positions = pa.array(np.flatnonzero(changed))
+    flipped = pa.table({"item": shared["item"].take(positions), "label": shared["label"].take(positions),
+                        "confidence": shared["confidence"].take(positions),
+                        "label_before": before["label"].take(positions),
+                        "confidence_before": before["confidence"].take(positions)}).to_pandas()
+    flipped.index = positions.to_numpy()
+    return shared.num_rows, flipped
 
 
 def _changes(run_dir: str, fmt: str, previous: str, workers: pd.DataFrame | None) -> Changes:
@@ -500,12 +530,11 @@ def _changes(run_dir: str, fmt: str, previous: str, workers: pd.DataFrame | None
     else:
         moves, deltas, new, gone = pd.DataFrame(), np.zeros(0), 0, 0
     now, then = _item_labels(run_dir, fmt), _item_labels(previous, before_fmt)
-    both = now.merge(then, on="item", suffixes=("", "_before"))
-    flipped = both[both["label"] != both["label_before"]]
+    shared, flipped = _flipped_items(now, then)
     flips = pd.crosstab(flipped["label_before"], flipped["label"]) if len(flipped) else pd.DataFrame()
     examples = flipped.sort_values("confidence", ascending=False).head(TOP_ROWS)
     return Changes(previous=previous, workers=moves, worker_deltas=deltas, workers_new=new, workers_gone=gone,
-                   items_shared=len(both), items_new=len(now) - len(both), items_gone=len(then) - len(both),
+                   items_shared=shared, items_new=now.num_rows - shared, items_gone=then.num_rows - shared,
                    flips=flips, flipped=examples[["item", "label_before", "label", "confidence_before", "confidence"]],
                    n_flipped=len(flipped))
 
