@@ -8,7 +8,11 @@ as JSON.
 
 import sys
 
-from crowdspark.cli import main
+from crowdspark.spark_session import prefer_installed_pyspark
 
 if __name__ == "__main__":
+    prefer_installed_pyspark()  # before anything imports pyspark: its compiled code, not the zip's source
+
+    from crowdspark.cli import main
+
     sys.exit(main(["aggregate", *sys.argv[1:]]))
