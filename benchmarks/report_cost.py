@@ -157,8 +157,9 @@ def _measured_logged(command: list[str], env: dict[str, str]) -> tuple[float, fl
                           check=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    logged = proc.stdout + proc.stderr  # spark-submit's Python writes its log to stdout
     pages = {m.group(1): float(m.group(2)) for m in re.finditer(
-        r"crowdspark\.cli: (report|history page) written to .* \(([0-9.]+) CPU s\)", proc.stdout + proc.stderr)}  # spark-submit's Python writes its log to stdout
+        r"crowdspark\.cli: (report|history page) written to .* \(([0-9.]+) CPU s\)", logged)}
     if set(pages) != {"report", "history page"}:
         raise RuntimeError(f"the run did not log both pages it writes: {proc.stderr[-3000:]}")
     peak = int(proc.stdout.rstrip("\n").split("\n")[-1]) / 1024

@@ -29,8 +29,10 @@ from crowdspark.report.tables import (
     table_format,
 )
 
-__all__ = ["Histogram", "Calibration", "GoldConfusion", "WorkerGold", "RunGold", "Changes", "ItemFacts", "RunFacts",
-           "summary_calibration", "gold_confusion", "worker_gold", "worker_gold_counted", "worker_matrices", "flag_columns", "class_bias", "spotlight_workers", "collect"]
+__all__ = [
+    "Histogram", "Calibration", "GoldConfusion", "WorkerGold", "RunGold", "Changes", "ItemFacts", "RunFacts",
+    "summary_calibration", "gold_confusion", "worker_gold", "worker_gold_counted", "worker_matrices", "flag_columns",
+    "class_bias", "spotlight_workers", "collect"]
 
 #: bins of the confidence histogram and of the reliability table (equal width on [0, 1])
 CONFIDENCE_BINS = 20
