@@ -16,6 +16,16 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data"
 
 
+def same_answers(a: str | Path, b: str | Path) -> bool:
+    """Whether two results (or run roots: their whole answer, :func:`crowdspark.io.chain.read_items`) have the same
+    items, item labels and posteriors (1e-9)."""
+    from crowdspark.io.chain import read_items
+
+    x, y = (read_items(str(p)).sort_values("item", ignore_index=True) for p in (a, b))
+    return bool(len(x) == len(y) and (x["item"] == y["item"]).all() and (x["label"] == y["label"]).all()
+                and np.allclose(np.stack(x["posterior"]), np.stack(y["posterior"]), rtol=0, atol=1e-9))
+
+
 def machine() -> str:
     """A one-line description of this machine."""
     cpu = platform.processor() or platform.machine()

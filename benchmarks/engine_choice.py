@@ -30,9 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
-from benchmarks.common import ROOT, load_average, machine, median, run_measured
+from benchmarks.common import ROOT, load_average, machine, median, run_measured, same_answers
 
 DS = ["--algorithm", "ds", "--set", "ds.max_iter=5", "--set", "ds.tol=0", "--quiet"]
 
@@ -87,15 +85,6 @@ def commands(labels: str, out: str, distributed: bool) -> dict[str, list[str]]:
             *job, "--set", "engine.small_input_bytes=0", "--output", f"{out}/distributed"]
     runs["spark-submit local[2], an empty script"] = [*submit, str(Path(out) / "empty.py")]
     return runs
-
-
-def same_answers(a: str, b: str) -> bool:
-    """Whether two results have the same item labels and posteriors (1e-9)."""
-    from crowdspark.io.chain import read_items
-
-    x, y = (read_items(p).sort_values("item", ignore_index=True) for p in (a, b))
-    return bool((x["item"] == y["item"]).all() and (x["label"] == y["label"]).all()
-                and np.allclose(np.stack(x["posterior"]), np.stack(y["posterior"]), rtol=0, atol=1e-9))
 
 
 def main() -> None:

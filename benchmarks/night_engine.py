@@ -31,9 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
-from benchmarks.common import ROOT, load_average, machine, median, run_measured
+from benchmarks.common import ROOT, load_average, machine, median, run_measured, same_answers
 
 SPEC_ARGS = dict(days=12, items_per_day=10_000, labels_per_item=3, n_workers=200, drifting_workers=3, spammers=2,
                  revisit=0.1)
@@ -89,15 +87,6 @@ def commands(labels: str, gold: str, day: str, out: Path) -> dict[str, tuple[lis
             roots["submit"]),
         "spark-submit local[2], an empty script": ([*submit, str(out / "empty.py")], None),
     }
-
-
-def same_answers(a: Path, b: Path) -> bool:
-    """Whether two run roots give the same item labels and posteriors (1e-9)."""
-    from crowdspark.io.chain import read_items
-
-    x, y = (read_items(str(p)).sort_values("item", ignore_index=True) for p in (a, b))
-    return bool(len(x) == len(y) and (x["item"] == y["item"]).all() and (x["label"] == y["label"]).all()
-                and np.allclose(np.stack(x["posterior"]), np.stack(y["posterior"]), rtol=0, atol=1e-9))
 
 
 def main() -> None:
