@@ -29,7 +29,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from benchmarks.common import ROOT, ds_dataset, machine, run_measured
@@ -77,15 +76,27 @@ def _history_root(night: Path, root: Path, nights: int) -> None:
         shutil.copy(night / "_CROWDSPARK.json", run / "_CROWDSPARK.json")
 
 
-def _measured(command: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+def _measured(command: list[str], env: dict[str, str]) -> tuple[float, float, float, str]:
     """Wall seconds, CPU seconds (user + system of the command's whole process tree, which the wrapper of
-    :func:`run_measured` waits for) and peak RSS MiB of ``command``."""
+    :func:`run_measured` waits for), peak RSS MiB and stdout of ``command``."""
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    wall, peak, _ = run_measured(command, env)
+    wall, peak, out = run_measured(command, env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, peak
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, peak, out
+
+
+def _pages_logged(out: str) -> dict[str, float]:
+    """The CPU seconds the log of an ``aggregate --report`` run under spark-submit (whose Python writes its log
+    to stdout) gives each page it wrote."""
+    import re
+
+    pages = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r"crowdspark\.cli: (report|history page) written to .* \(([0-9.]+) CPU s\)", out)}
+    if set(pages) != {"report", "history page"}:
+        raise RuntimeError(f"the run did not log both pages it writes: {out[-3000:]}")
+    return pages
 
 
 #: CPU seconds of each page built in a process that has imported what it needs (the run's own process writes
@@ -121,12 +132,13 @@ def _spark_side_by_side(labels: int, nights: int) -> None:
         nightly = [*command[:command.index("--output")], "--output", str(history), "--run-id", "2026-12-01",
                    "--report", "--set", "nightly.keep_runs=0"]
         nightly.remove("--quiet")
-        job = _measured_logged(nightly, env)
+        job = _measured(nightly, env)
     print("| what | wall s | CPU s | peak RSS MiB |\n|---|---|---|---|")
-    for what, (wall, cpu, peak) in ((f"spark-submit --master local[2], ds, {labels:,} labels, gold", run),
-                                    ("crowdspark report of that night", report),
-                                    (f"crowdspark report --history of {nights} such nights", pages),
-                                    (f"the same spark-submit with --report into the root of {nights} nights", job[:3])):
+    for what, (wall, cpu, peak, _) in ((f"spark-submit --master local[2], ds, {labels:,} labels, gold", run),
+                                       ("crowdspark report of that night", report),
+                                       (f"crowdspark report --history of {nights} such nights", pages),
+                                       (f"the same spark-submit with --report into the root of {nights} nights",
+                                        job)):
         print(f"| {what} | {wall:.1f} | {cpu:.1f} | {peak:.0f} |")
     for unit, k in (("wall", 0), ("CPU", 1)):
         print(f"pages / run, {unit}: report {report[k] / run[k]:.3f}, history {pages[k] / run[k]:.3f}, "
@@ -134,36 +146,10 @@ def _spark_side_by_side(labels: int, nights: int) -> None:
     print(f"after the imports (as aggregate --report writes them in the run's process), CPU s: report {warm[0]:.2f}, "
           f"history {warm[1]:.2f}; pages / run {warm[0] / run[1]:.3f}, {warm[1] / run[1]:.3f}, "
           f"both {sum(warm) / run[1]:.3f}")
-    written = job[3]
+    written = _pages_logged(job[3])
     print(f"aggregate --report, the pages' CPU s as the run logs them: report {written['report']:.2f}, history page "
           f"{written['history page']:.2f}; pages / the rest of that run's CPU "
           f"{sum(written.values()) / (job[1] - sum(written.values())):.3f}")
-
-
-#: runs a command with its stderr kept, then prints the peak RSS (KiB) of its largest process
-_PEAK_WRAPPER = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
-                 "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-
-
-def _measured_logged(command: list[str], env: dict[str, str]) -> tuple[float, float, float, dict[str, float]]:
-    """:func:`_measured` of a run with ``--report``, and the CPU seconds its log gives each page it wrote."""
-    import re
-
-    import resource
-
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", _PEAK_WRAPPER, *command], env=env, capture_output=True, text=True,
-                          check=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    logged = proc.stdout + proc.stderr  # spark-submit's Python writes its log to stdout
-    pages = {m.group(1): float(m.group(2)) for m in re.finditer(
-        r"crowdspark\.cli: (report|history page) written to .* \(([0-9.]+) CPU s\)", logged)}
-    if set(pages) != {"report", "history page"}:
-        raise RuntimeError(f"the run did not log both pages it writes: {proc.stderr[-3000:]}")
-    peak = int(proc.stdout.rstrip("\n").split("\n")[-1]) / 1024
-    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, peak, pages
 
 
 def main(argv: list[str] | None = None) -> None:
