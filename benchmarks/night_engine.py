@@ -6,8 +6,9 @@
 A 12-day lake of 10,000 new items and about 33,000 labels a day (``crowdspark.lake.LakeSpec(days=12,
 items_per_day=10000, labels_per_item=3, n_workers=200, drifting_workers=3, spammers=2, revisit=0.1)``, gold
 included) is written once under ``--workdir``; nights 1-11 run once with ``conf/nightly.toml --set
-incremental.mode=on --set input.window_days=0 --engine local`` (nights may switch engines).  Each repeat then
-runs night 12, in fresh processes and each into its own copy of those eleven nights:
+incremental.mode=on --set input.window_days=0 --engine local`` (nights may switch engines); each is written into
+a new ``*-partial-*`` folder renamed into place when complete, and nothing is deleted.  Each repeat then runs
+night 12, in fresh processes and each into its own copy of those eleven nights:
 
 * ``crowdspark aggregate`` with those settings (``conf/nightly.toml`` names the spark engine: the night chooses);
 * the same with ``engine.small_input_bytes=0`` (always distributed: Spark reads and fits);
@@ -41,17 +42,17 @@ LOCAL = "crowdspark aggregate --engine local"
 
 
 def lake(workdir: Path) -> tuple[str, str, list[str]]:
-    """The lake's labels and gold under ``workdir`` (written once), and its days."""
+    """The lake's labels and gold in ``workdir/data`` (written once, into a new folder renamed into place when
+    complete), and its days."""
     from crowdspark.lake import LakeSpec, make_lake, write_lake
 
     spec = LakeSpec(**SPEC_ARGS)
-    root = workdir / "lake"
-    days = [spec.date(d) for d in range(spec.days)]
-    if not (workdir / "lake.done").exists():
-        shutil.rmtree(root, ignore_errors=True)
-        gold = write_lake(make_lake(spec), str(root))
-        (workdir / "lake.done").write_text(gold)
-    return str(root), (workdir / "lake.done").read_text(), days
+    data = workdir / "data"
+    if not data.exists():
+        partial = Path(tempfile.mkdtemp(prefix="data-partial-", dir=workdir))
+        write_lake(make_lake(spec), str(partial / "lake"))
+        partial.rename(data)
+    return str(data / "lake"), str(data / "lake_truth"), [spec.date(d) for d in range(spec.days)]
 
 
 def night_args(labels: str, gold: str, out: str, day: str) -> list[str]:
@@ -59,14 +60,17 @@ def night_args(labels: str, gold: str, out: str, day: str) -> list[str]:
 
 
 def history(labels: str, gold: str, days: list[str], workdir: Path, env: dict[str, str]) -> Path:
-    """The run root after nights 1-11 (run once, with the local engine)."""
+    """The run root after nights 1-11 (run once, with the local engine, into a new folder renamed into place when
+    complete)."""
     out = workdir / "nights"
-    if not (workdir / "nights.done").exists():
-        shutil.rmtree(out, ignore_errors=True)
+    if not out.exists():
+        partial = Path(tempfile.mkdtemp(prefix="nights-partial-", dir=workdir))
         for day in days[:-1]:
-            subprocess.run([sys.executable, "-m", "crowdspark", "aggregate", *night_args(labels, gold, str(out), day),
-                            "--engine", "local"], check=True, env=env)
-        (workdir / "nights.done").write_text("")
+            subprocess.run([sys.executable, "-m", "crowdspark", "aggregate",
+                            *night_args(labels, gold, str(partial / "runs"), day), "--engine", "local"],
+                           check=True, env=env)
+        (partial / "runs").rename(out)
+        partial.rmdir()
     return out
 
 
