@@ -135,3 +135,18 @@ def test_the_first_night_says_once_that_it_starts_cold(tmp_path, lake, no_spark,
                      "--warm-start", str(out)]) == 0
     said = [r.getMessage() for r in caplog.records if "holds no run yet" in r.getMessage()]
     assert said == [f"--warm-start {out} holds no run yet: this first run starts cold"]
+
+
+def test_a_night_carried_forward_records_its_own_engine_choice(tmp_path, lake, no_spark):
+    """A night without new labels reads nothing and carries the previous result forward, but the engine choice in
+    its summary is its own, not the previous night's (here: nights 0-2 on ``--engine local``, then the missing
+    day 3 on the nightly configuration)."""
+    folders, _ = lake
+    out = tmp_path / "runs"
+    for day, engine in ((0, ["--engine", "local"]), (1, ["--engine", "local"]), (2, ["--engine", "local"]), (3, [])):
+        assert main(["aggregate", *NIGHTS, *engine, "--labels", str(folders), "--output", str(out), "--run-id",
+                     SPEC.date(day), "--warm-start", str(out), "--quiet"]) == 0
+    before, night = (json.loads((out / f"run_id={SPEC.date(d)}" / "summary.json").read_text()) for d in (2, 3))
+    assert night["incremental"]["kind"] == "carried forward"
+    assert before["engine_choice"]["reason"] == "setting"
+    assert night["engine_choice"]["reason"] == "small input"

@@ -716,14 +716,15 @@ class NightSource:
         summary.update(iterations=0, history=[], converged=True, stop_reason="no new labels: the previous result is "
                        "carried forward", resumed_from_iteration=None, warnings=[], config=ctx.config.to_dict(),
                        timings=ctx.timer.timings)
-        for key in ("metrics", "quality", "small_input", "recovered", "warm_start"):  # what tonight did not compute
+        # what the previous run computed and this night did not (its engine choice is this night's, recorded below)
+        for key in ("metrics", "quality", "small_input", "recovered", "warm_start", "engine_choice"):
             summary.pop(key, None)
         model = _model_like(plan.saved, len(plan.saved.workers))
         night = Night(model, None, None, summary, saved=plan.saved, carried=carried, spark=ctx.spark, frames=frames,
                       worker_table=workers, item_table=frames.no_rows(f"{previous}/items"),
                       state=frames.no_rows(state_path(previous)), index=read_index(frames, previous),
                       previous=plan.previous, partitions=self._read["lake"])
-        record_inputs(summary, self._read["manifest"])
+        record_inputs(summary, self._read["manifest"], Source(engine=summary["engine"], choice=ctx.choice.to_dict()))
         _report(night, ctx, "carried forward", "no labels on the days after the previous run",
                 {"items_fitted": 0, "labels_fitted": 0, "decay_factor": ctx.config.incremental.decay ** elapsed})
         return night
