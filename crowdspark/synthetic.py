@@ -651,6 +651,11 @@ def mixed_crowd_data(
     labels_per_sparse_worker: int = 15,
     sparse_accuracy: tuple[float, float] = (0.55, 0.95),
     sparse_class_shift: Sequence[float] | None = None,
+    sparse_class_bias: float = 0.0,
+    activity_sigma: float = 0.0,
+    hard_share: float = 0.0,
+    hard_drop: float = 0.4,
+    hard_errors: str = "uniform",
 ) -> LabelsTruthParams:
     """A crowd of a few prolific workers and many sparse one-coin workers.
 
@@ -663,6 +668,20 @@ def mixed_crowd_data(
     probability ``a ~ Uniform(sparse_accuracy)``, else any other class alike; with ``sparse_class_shift``
     ``delta`` (C,), right on class t with probability ``a + delta[t]`` (clipped to [0.02, 0.99]): every
     sparse worker shares the same asymmetry between classes.
+
+    Three departures from that crowd, each off by default (the data are then those of the arguments above):
+
+    - ``sparse_class_bias`` ``b > 0``: every sparse worker is biased towards classes of its own, right on class
+      t with probability ``a + e[k, t]``, ``e[k] ~ Normal(0, b)`` per class, centred over the classes (clipped
+      to [0.02, 0.99]);
+    - ``activity_sigma`` ``s > 0``: the slots are dealt in runs of log-normal length, ``round(n exp(s z))``
+      slots (at least 1) with ``n = labels_per_sparse_worker`` and ``z ~ Normal(0, 1)`` per worker, so a few
+      sparse workers give hundreds of labels and most give a handful;
+    - ``hard_share`` ``h > 0``: each item is hard with probability h; on a hard item every worker is right with
+      probability ``pi[k, t, t] - hard_drop`` (at least 0.02), and the mass taken from the right label goes to
+      the other classes alike (``hard_errors = "uniform"``) or, on items whose true class is not the most
+      frequent, to the most frequent class (``"majority"``: hard items of rare classes look common).  The
+      workers' errors are then correlated through the items, which no confusion-matrix model says.
 
     Parameters
     ----------
@@ -679,6 +698,11 @@ def mixed_crowd_data(
     sparse_labels_per_item : (int, int)
         Inclusive range of each item's sparse labels.
     labels_per_sparse_worker : int
+    sparse_class_bias, activity_sigma : float
+        Non-negative.
+    hard_share, hard_drop : float
+        In [0, 1].
+    hard_errors : {"uniform", "majority"}
 
     Returns
     -------
@@ -687,17 +711,24 @@ def mixed_crowd_data(
     truth : DataFrame, shape (I, 2)
         ``item``, ``truth``.
     params : dict
-        ``alpha`` (C,), ``pi`` (K, C, C).
+        ``alpha`` (C,), ``pi`` (K, C, C) and ``hard`` (I,), bool.
     """
     n_items = check_int("n_items", n_items, minimum=1)
     seed = check_int("seed", seed, minimum=0)
     n_prolific = check_int("n_prolific", n_prolific, minimum=0)
     per_worker = check_int("labels_per_sparse_worker", labels_per_sparse_worker, minimum=1)
     coverage = check_float("coverage", coverage, minimum=0.0, maximum=1.0)
+    bias = check_float("sparse_class_bias", sparse_class_bias, minimum=0.0)
+    sigma = check_float("activity_sigma", activity_sigma, minimum=0.0)
+    hard_share = check_float("hard_share", hard_share, minimum=0.0, maximum=1.0)
+    hard_drop = check_float("hard_drop", hard_drop, minimum=0.0, maximum=1.0)
+    if hard_errors not in ("uniform", "majority"):
+        raise ConfigError(f"hard_errors must be 'uniform' or 'majority', but got {hard_errors!r}")
     alpha = _check_proportions("class_proportions", class_proportions, len(class_proportions))
     c = alpha.size
     low, high = sorted(int(v) for v in sparse_labels_per_item)
     rng = _generator(seed, _KIND_MIXED)
+    departures = _generator(seed, _KIND_MIXED, 1)  # draws of the departures only: the rest stays as it was
     truth = _categorical(rng, np.cumsum(alpha), n_items)
     diag_size = (n_prolific, c) if class_biased else (n_prolific, 1)
     prolific_diag = np.broadcast_to(rng.uniform(*_check_range("prolific_accuracy", prolific_accuracy), diag_size),
@@ -705,11 +736,11 @@ def mixed_crowd_data(
     p_items = [np.flatnonzero(rng.random(n_items) < coverage) for _ in range(n_prolific)]
     slots = np.repeat(np.arange(n_items), rng.integers(low, high + 1, n_items))
     slots = slots[rng.permutation(slots.size)]
-    n_sparse = math.ceil(slots.size / per_worker)
-    sparse_worker = n_prolific + np.arange(slots.size) // per_worker
+    owner = _slot_owners(departures, slots.size, per_worker, sigma)
+    n_sparse = int(owner[-1]) + 1 if owner.size else 0
     pairs = pd.DataFrame({"item": np.concatenate([*p_items, slots]),
                           "worker": np.concatenate([np.full(len(x), k) for k, x in enumerate(p_items)]
-                                                   + [sparse_worker]).astype(np.int64)})
+                                                   + [n_prolific + owner]).astype(np.int64)})
     pairs = pairs.drop_duplicates().sort_values(["item", "worker"], kind="stable").reset_index(drop=True)
     diag = np.concatenate([prolific_diag,
                            np.repeat(rng.uniform(*_check_range("sparse_accuracy", sparse_accuracy), (n_sparse, 1)),
@@ -719,11 +750,17 @@ def mixed_crowd_data(
         if shift.shape != (c,) or not np.all(np.isfinite(shift)):
             raise ConfigError(f"sparse_class_shift must be {c} finite numbers, but got {sparse_class_shift!r}")
         diag[n_prolific:] = np.clip(diag[n_prolific:] + shift, 0.02, 0.99)
+    if bias > 0.0:
+        deviation = departures.normal(0.0, bias, (n_sparse, c))
+        diag[n_prolific:] = np.clip(diag[n_prolific:] + deviation - deviation.mean(axis=1, keepdims=True), 0.02, 0.99)
     off = (1.0 - diag) / (c - 1)
     pi = np.repeat(off[:, :, None], c, axis=2)
     pi[:, np.arange(c), np.arange(c)] = diag
     item, worker = pairs["item"].to_numpy(), pairs["worker"].to_numpy()
-    labels = _categorical_rows(rng, np.cumsum(pi[worker, truth[item]], axis=1))
+    hard = departures.random(n_items) < hard_share if hard_share > 0.0 else np.zeros(n_items, dtype=bool)
+    rows = _hard_rows(pi[worker, truth[item]], truth[item], hard[item], hard_drop,
+                      int(np.argmax(alpha)) if hard_errors == "majority" else None)
+    labels = _categorical_rows(rng, np.cumsum(rows, axis=1))
     n_workers = n_prolific + n_sparse
     item_names = np.array([f"i{i:0{_id_width(n_items, 6)}d}" for i in range(n_items)], dtype=object)
     worker_names = np.array([f"w{k:0{_id_width(n_workers, 4)}d}" for k in range(n_workers)], dtype=object)
@@ -731,7 +768,54 @@ def mixed_crowd_data(
     labels_frame = pd.DataFrame({"item": item_names[item], "worker": worker_names[worker], "label": classes[labels]})
     truth_frame = pd.DataFrame({"item": item_names, "truth": classes[truth]})
     logger.info("generated mixed crowd: %d labels, %d items, %d workers", len(labels_frame), n_items, n_workers)
-    return labels_frame, truth_frame, {"alpha": alpha, "pi": pi}
+    return labels_frame, truth_frame, {"alpha": alpha, "pi": pi, "hard": hard}
+
+
+def _slot_owners(rng: np.random.Generator, n_slots: int, per_worker: int, sigma: float) -> np.ndarray:
+    """The sparse worker (0, 1, ...) each of ``n_slots`` shuffled slots is dealt to, int64 (n_slots,): runs of
+    ``per_worker`` slots, or of log-normal length (median ``per_worker``, at least 1) when ``sigma > 0``."""
+    if sigma == 0.0:
+        return np.arange(n_slots, dtype=np.int64) // per_worker
+    lengths = np.maximum(1, np.round(per_worker * rng.lognormal(0.0, sigma, max(n_slots, 1)))).astype(np.int64)
+    return np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)[:n_slots]
+
+
+def _hard_rows(rows: np.ndarray, true_class: np.ndarray, hard: np.ndarray, drop: float,
+               majority: int | None) -> np.ndarray:
+    """Each label's class probabilities (m, C) with the hard items' right label ``drop`` less likely.
+
+    Parameters
+    ----------
+    rows : ndarray, shape (m, C)
+        ``pi[worker, truth]`` of every label.
+    true_class : ndarray of int, shape (m,)
+    hard : ndarray of bool, shape (m,)
+        Whether the label's item is hard.
+    drop : float
+    majority : int or None
+        The class that takes the mass on hard items of the other classes, or None to spread it evenly.
+
+    Returns
+    -------
+    ndarray, shape (m, C)
+    """
+    if not hard.any():
+        return rows
+    out = rows.copy()
+    at = np.flatnonzero(hard)
+    right = out[at, true_class[at]]
+    moved = right - np.maximum(right - drop, 0.02).clip(max=right)
+    out[at, true_class[at]] -= moved
+    c = out.shape[1]
+    if majority is None:
+        spread = np.ones(at.size, dtype=bool)
+    else:
+        spread = true_class[at] == majority
+        out[at[~spread], majority] += moved[~spread]
+    others = np.ones((spread.sum(), c)) / (c - 1)
+    others[np.arange(others.shape[0]), true_class[at[spread]]] = 0.0
+    out[at[spread]] += moved[spread, None] * others
+    return out
 
 
 def _categorical_rows(rng: np.random.Generator, cumulative: np.ndarray) -> np.ndarray:

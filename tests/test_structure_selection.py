@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from crowdspark.block import build_blocks
 from crowdspark.cli import main
+from crowdspark.errors import ConfigError
 from crowdspark.models.adaptive_ds import AdaptiveDawidSkene
 from crowdspark.models.holdout import fold_stats, label_folds
 from crowdspark.stats import sum_stats
@@ -186,3 +188,57 @@ def test_mixed_crowd_has_the_planted_shape_and_is_reproducible():
     np.testing.assert_allclose(pi.sum(axis=2), 1.0)
     np.testing.assert_allclose(pi[3:, 0, 0], pi[3:, 1, 1])  # sparse workers are one-coin
     assert not np.allclose(pi[:3, 0, 0], pi[:3, 1, 1])  # prolific workers are class-biased
+
+
+def test_mixed_crowd_departures_are_off_by_default_and_leave_the_rest_of_the_crowd_alone():
+    base = mixed_crowd_data(1500, (0.78, 0.22), 4)
+    explicit = mixed_crowd_data(1500, (0.78, 0.22), 4, sparse_class_bias=0.0, activity_sigma=0.0, hard_share=0.0)
+    assert base[0].equals(explicit[0]) and not base[2]["hard"].any()
+    biased = mixed_crowd_data(1500, (0.78, 0.22), 4, sparse_class_bias=0.2)
+    assert base[1].equals(biased[1])  # same truth, same pairs: only the sparse workers' diagonals move
+    assert base[0][["item", "worker"]].equals(biased[0][["item", "worker"]])
+    np.testing.assert_array_equal(base[2]["pi"][:3], biased[2]["pi"][:3])
+
+
+def test_sparse_class_bias_gives_each_sparse_worker_its_own_classes_around_its_accuracy():
+    _, _, params = mixed_crowd_data(3000, (0.5, 0.3, 0.2), 2, sparse_class_bias=0.15, sparse_accuracy=(0.5, 0.8))
+    diag = np.diagonal(params["pi"][3:], axis1=1, axis2=2)
+    inside = ((diag > 0.02) & (diag < 0.99)).all(axis=1)  # rows the clip left alone keep their mean
+    spread = diag - diag.mean(axis=1, keepdims=True)
+    assert 0.1 < spread[inside].std() * np.sqrt(3 / 2) < 0.2  # the centred deviations' sd, b = 0.15
+    assert np.all((diag[inside].mean(axis=1) >= 0.5 - 1e-12) & (diag[inside].mean(axis=1) <= 0.8 + 1e-12))
+    assert (np.argmax(diag, axis=1) == 0).mean() < 0.6  # no class favoured by all
+
+
+def test_activity_sigma_gives_sparse_workers_log_normal_label_counts():
+    labels, _, _ = mixed_crowd_data(3000, (0.78, 0.22), 1, activity_sigma=1.5)
+    counts = labels.groupby("worker").size().sort_values().iloc[:-3]  # the sparse workers
+    assert 10 <= counts.median() <= 20 and counts.max() > 200 and (counts <= 3).mean() > 0.1
+    even = mixed_crowd_data(3000, (0.78, 0.22), 1)[0].groupby("worker").size().sort_values().iloc[:-3]
+    assert counts.size < even.size  # fewer sparse workers deal the same slots
+    assert 0.9 * even.sum() < counts.sum() <= even.sum()  # less the pairs a long run repeats on an item
+
+
+@pytest.mark.parametrize("errors", ["uniform", "majority"])
+def test_hard_items_lower_every_workers_accuracy_and_send_errors_where_asked(errors):
+    labels, truth, params = mixed_crowd_data(4000, (0.7, 0.2, 0.1), 3, hard_share=0.3, hard_drop=0.4,
+                                             hard_errors=errors)
+    hard = pd.Series(params["hard"], index=truth["item"])
+    assert abs(hard.mean() - 0.3) < 0.03
+    merged = labels.merge(truth, on="item")
+    merged["hard"] = hard.loc[merged["item"]].to_numpy()
+    right = (merged["label"] == merged["truth"]).groupby(merged["hard"]).mean()
+    assert right[False] - right[True] > 0.3  # 0.4 less where the clip allows
+    wrong_rare = merged[merged["hard"] & (merged["truth"] != "0") & (merged["label"] != merged["truth"])]
+    to_majority = (wrong_rare["label"] == "0").mean()
+    # the base errors go to either other class alike; on "majority" the dropped 0.4 goes to "0" as well
+    assert to_majority > 0.7 if errors == "majority" else 0.4 < to_majority < 0.6
+
+
+def test_bad_departures_are_config_errors():
+    with pytest.raises(ConfigError, match="hard_errors must be 'uniform' or 'majority'"):
+        mixed_crowd_data(100, (0.5, 0.5), 0, hard_errors="left")
+    with pytest.raises(ConfigError, match="hard_share"):
+        mixed_crowd_data(100, (0.5, 0.5), 0, hard_share=1.5)
+    with pytest.raises(ConfigError, match="activity_sigma"):
+        mixed_crowd_data(100, (0.5, 0.5), 0, activity_sigma=-1.0)
