@@ -1,7 +1,7 @@
 """Rules that choose among one accuracy per worker, shrunk matrices and full matrices, on the synthetic regimes.
 
     .venv/bin/python scripts/experiments/structure_rules.py [--seeds 5] [--regimes ...] [--folds 5] [--sweeps 5]
-        [--json out.json]
+        [--real] [--json out.json]
 
 The regimes are ``structure_regimes.py``'s (truth planted; no real crowd's gold is read).  Per regime and
 data seed, on one block of all labels, with the product's kernels (``ds_e_step``, the M-steps of
@@ -16,10 +16,13 @@ data seed, on one block of all labels, with the product's kernels (``ds_e_step``
 - the rules: ``hll-max``, the structure of largest held-out likelihood; ``hll-1se``, the simplest (one-coin,
   shrunk, full) within one standard error of the best (:func:`~crowdspark.models.holdout.one_se_choice`);
   ``early-N``, one-coin to convergence and then N sweeps of full matrices from its posteriors (stopping early
-  as the only prior).
+  as the only prior); ``shrunk-by-full``, shrunk matrices whose strength is learned once, by the same empirical
+  Bayes, from the full structure's converged expected counts instead of every sweep from their own (which
+  pull the strength up: counts under shrunk posteriors look one-coin).
 
 Prints the mean error (%) per regime, the better of ``ds``'s and ``one-coin``'s means (the issue's per-regime
 bar; ``full`` here is ``ds``) and each rule's excess over it, ``!`` where it is beyond max(0.5 points, 2 items).
+With ``--real``, the same on the 12 bundled datasets (one draw each, their gold scoring the items it covers).
 """
 
 from __future__ import annotations
@@ -38,15 +41,23 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts" / "experiments"))
 
+from adaptive_table import DATASETS, real  # noqa: E402
 from structure_regimes import REGIMES  # noqa: E402
 
 from crowdspark.block import Block, build_blocks  # noqa: E402
 from crowdspark.io.rules import Encoding, order_classes  # noqa: E402
-from crowdspark.models.common import argmax_random_ties, confusion_counts, tie_uniforms, vote_counts  # noqa: E402
+from crowdspark.models.common import (  # noqa: E402
+    argmax_random_ties,
+    confusion_counts,
+    normalize_rows,
+    one_coin_confusion,
+    tie_uniforms,
+    vote_counts,
+)
 from crowdspark.models.dawid_skene import ds_e_step, ds_m_step  # noqa: E402
 from crowdspark.models.holdout import fold_stats, one_se_choice  # noqa: E402
-from crowdspark.models.one_coin import one_coin_m_step  # noqa: E402
-from crowdspark.models.shrinkage import shrunk_m_step  # noqa: E402
+from crowdspark.models.one_coin import one_coin_accuracy, one_coin_m_step  # noqa: E402
+from crowdspark.models.shrinkage import empirical_strength, shrunk_m_step  # noqa: E402
 
 MStep = Callable[[np.ndarray, np.ndarray, float], dict[str, np.ndarray]]
 #: the candidates, simplest first
@@ -56,6 +67,23 @@ SEED = 1
 EARLY = (1, 2, 3)
 
 
+def fixed_strength_m_step(strength: np.ndarray) -> MStep:
+    """The shrunk M-step with the strength ``A`` (C,) given instead of learned every sweep."""
+
+    def m_step(confusion: np.ndarray, classes: np.ndarray, smoothing: float) -> dict[str, np.ndarray]:
+        centre = one_coin_confusion(one_coin_accuracy(confusion, smoothing), confusion.shape[1])
+        return {"log_pi": np.log(normalize_rows(confusion + strength[None, :, None] * centre, smoothing)),
+                "log_alpha": np.log(normalize_rows(classes, smoothing))}
+
+    return m_step
+
+
+def full_strength(block: Block, k: int, c: int, full: np.ndarray) -> np.ndarray:
+    """``A`` (C,) learned once by empirical Bayes from the full structure's converged expected counts."""
+    counts = confusion_counts(block, full, k, c)
+    return empirical_strength(counts, one_coin_confusion(one_coin_accuracy(counts, SMOOTHING), c))
+
+
 def one_block(labels: pd.DataFrame, truth: pd.DataFrame) -> tuple[Block, int, int, np.ndarray]:
     """All labels in one block, K, C and the planted class of each of the block's items (n,)."""
     enc = Encoding(workers=tuple(sorted(labels["worker"].unique())),
@@ -63,7 +91,7 @@ def one_block(labels: pd.DataFrame, truth: pd.DataFrame) -> tuple[Block, int, in
     gold = labels["item"].map(dict(zip(truth["item"], truth["truth"]))).to_numpy(dtype=object)
     block = build_blocks(labels["item"].to_numpy(dtype=object), enc.worker_codes(labels["worker"].to_numpy(object)),
                          enc.class_codes(labels["label"].to_numpy(object)), max_labels=len(labels) + 1)[0]
-    codes = enc.class_codes(gold.astype(object))
+    codes = enc.class_codes(np.where(pd.isna(gold), "\0none", gold).astype(object))  # -1: no true class
     return block, len(enc.workers), len(enc.classes), _first_per_item(block, labels, codes)
 
 
@@ -74,8 +102,10 @@ def _first_per_item(block: Block, labels: pd.DataFrame, codes: np.ndarray) -> np
 
 
 def error(block: Block, posterior: np.ndarray, truth: np.ndarray) -> float:
-    """Error (%), ties broken by the seed as the product does."""
-    return 100.0 * float(np.mean(argmax_random_ties(posterior, tie_uniforms(block, SEED)) != truth))
+    """Error (%) on the items with a true class (``truth >= 0``), ties broken by the seed as the product does."""
+    scored = truth >= 0
+    label = argmax_random_ties(posterior, tie_uniforms(block, SEED))
+    return 100.0 * float(np.mean(label[scored] != truth[scored]))
 
 
 def em(block: Block, k: int, c: int, m_step: MStep, posterior: np.ndarray, sweeps: int = 100,
@@ -113,7 +143,7 @@ def run(labels: pd.DataFrame, truth: pd.DataFrame, folds: int, sweeps: int) -> d
     block, k, c, planted = one_block(labels, truth)
     votes = vote_counts(block, c)
     start = votes / votes.sum(axis=1, keepdims=True)
-    out: dict[str, float] = {"items": float(block.n_items)}
+    out: dict[str, float] = {"items": float((planted >= 0).sum())}
     fits, posteriors = [], {}
     for name, m_step in STRUCTURES.items():
         posteriors[name], params = em(block, k, c, m_step, start)
@@ -127,6 +157,8 @@ def run(labels: pd.DataFrame, truth: pd.DataFrame, folds: int, sweeps: int) -> d
     out["hll-1se"], out["hll-1se_pick"] = out[names[simplest]], float(simplest)
     for n in EARLY:
         out[f"early-{n}"] = error(block, em(block, k, c, ds_m_step, posteriors["one-coin"], sweeps=n)[0], planted)
+    strength = full_strength(block, k, c, posteriors["full"])
+    out["shrunk-by-full"] = error(block, em(block, k, c, fixed_strength_m_step(strength), start)[0], planted)
     return out
 
 
@@ -135,7 +167,7 @@ def _bar(draws: list[dict[str, float]]) -> float:
 
 
 def report(results: dict[str, list[dict[str, float]]]) -> None:
-    columns = [*STRUCTURES, "hll-max", "hll-1se", *(f"early-{n}" for n in EARLY)]
+    columns = [*STRUCTURES, "hll-max", "hll-1se", *(f"early-{n}" for n in EARLY), "shrunk-by-full"]
     print("| regime | " + " | ".join(columns) + " | better of ds / one-coin | picks (hll-max / hll-1se) |")
     print("|---|" + "---|" * (len(columns) + 2))
     means: dict[str, list[float]] = {c: [] for c in [*columns, "bar"]}
@@ -162,12 +194,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--regimes", nargs="+", default=list(REGIMES), choices=list(REGIMES))
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--sweeps", type=int, default=5, help="sweeps of the folds' fits")
+    parser.add_argument("--real", action="store_true", help="the 12 bundled datasets instead (a report: nothing "
+                        "here was chosen by their gold)")
     parser.add_argument("--json", help="write every figure to this file")
     args = parser.parse_args(argv)
     start = time.perf_counter()
+    crowds = ({name: [lambda _seed, n=name: real(n)] for name in DATASETS} if args.real else
+              {name: [lambda seed, n=name: REGIMES[n][1](seed)] * args.seeds for name in args.regimes})
     results = {}
-    for name in args.regimes:
-        results[name] = [run(*REGIMES[name][1](seed), args.folds, args.sweeps) for seed in range(args.seeds)]
+    for name, draws in crowds.items():
+        results[name] = [run(*draw(seed), args.folds, args.sweeps) for seed, draw in enumerate(draws)]
         print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     report(results)
     print(f"\n{time.perf_counter() - start:.0f} s")
