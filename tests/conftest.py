@@ -33,8 +33,25 @@ def full_suite() -> bool:
     return os.environ.get(FULL_SUITE, "") not in ("", "0")
 
 
+def _order(items):
+    """The sort key that puts a file's tests marked ``alone`` first, keeping the order of the files and of the
+    other tests.  Of those marked alone, the ones that use the SparkSession come first, so that the session
+    starts before the first of them takes the lock, not while the lock is held."""
+    files = {}
+    for item in items:
+        files.setdefault(item.path, len(files))
+
+    def key(item):
+        rank = (0, "spark" not in getattr(item, "fixturenames", ())) if _alone(item) else (1, 0)
+        return files[item.path], rank
+
+    return key
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``full`` are skipped, saying how to run them, unless ``CROWDSPARK_FULL_SUITE=1``."""
+    """A file's tests marked ``alone`` run first in it, one after the other (:func:`_alone_if_marked`); tests marked
+    ``full`` are skipped, saying how to run them, unless ``CROWDSPARK_FULL_SUITE=1``."""
+    items.sort(key=_order(items))
     if full_suite():
         return
     skip = pytest.mark.skip(reason=f"full tier: run with {FULL_SUITE}=1, `bash scripts/test.sh --full` "
@@ -64,19 +81,53 @@ def data_dir() -> Path:
     return DATA
 
 
+def _alone(item) -> bool:
+    return item.get_closest_marker("alone") is not None
+
+
+class _AloneLock:
+    """This worker's hold on the file lock of the tests marked ``alone``: exclusive for such a test, shared for
+    any other, taken after the test's higher-scoped fixtures are set up (a session's or a module's start is
+    not exclusive)."""
+
+    def __init__(self) -> None:
+        self.handle = None
+        self.mode = None
+
+    def hold(self, path: Path, mode: int) -> None:
+        """Hold the lock in ``mode``, waiting for it unless this worker holds it so already."""
+        if self.mode == mode:
+            return
+        self.release()
+        handle = open(path, "a")
+        fcntl.flock(handle, mode)
+        self.handle, self.mode = handle, mode
+
+    def release(self) -> None:
+        if self.handle is not None:
+            fcntl.flock(self.handle, fcntl.LOCK_UN)
+            self.handle.close()
+        self.handle = self.mode = None
+
+
+_ALONE_LOCK = _AloneLock()
+
+
 @pytest.fixture(autouse=True)
 def _alone_if_marked(request, tmp_path_factory):
     """Under pytest-xdist, a test marked ``alone`` (it asserts a wall-clock deadline: a barrier probe, a session
     handshake) runs while no other worker runs a test: it holds an exclusive lock that every other test holds
-    shared."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
-        yield
-        return
-    path = tmp_path_factory.getbasetemp().parent / "crowdspark-alone.lock"
-    with open(path, "a") as handle:
-        alone = request.node.get_closest_marker("alone") is not None
-        fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    shared.  The lock is let go after the test (:func:`pytest_runtest_teardown`)."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        path = tmp_path_factory.getbasetemp().parent / "crowdspark-alone.lock"
+        _ALONE_LOCK.hold(path, fcntl.LOCK_EX if _alone(request.node) else fcntl.LOCK_SH)
+    yield
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Let the ``alone`` lock go after a test's teardown, except between two tests marked ``alone``: the
+    worker keeps it exclusive from the first of them to the last, so it waits for the other worker once for
+    the lot instead of once per test (they run one after the other: :func:`pytest_collection_modifyitems`)."""
+    if nextitem is None or not (_alone(item) and _alone(nextitem)):
+        _ALONE_LOCK.release()
