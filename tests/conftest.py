@@ -33,23 +33,39 @@ def full_suite() -> bool:
     return os.environ.get(FULL_SUITE, "") not in ("", "0")
 
 
+#: the files whose tests take longest in the default tier, longest first (`--durations`, docs/testing.md, "Where
+#: the time goes"): `scripts/test.sh`'s two workers take whole files in the order of the run, so these start
+#: first and the run ends on short files, not with one worker running a long file while the other has none left
+LONGEST_FIRST = (
+    "test_commit_kill.py", "test_incremental.py", "test_conformance.py", "test_validation.py", "test_engines.py",
+    "test_ml.py", "test_spark_item_write.py", "test_idbla_cvb.py", "test_catalog_tables.py", "test_nightly_late.py",
+    "test_spark_stderr.py", "test_engine_choice.py", "test_notebook_catalogue.py", "test_crowdkit_compat.py",
+)
+
+
 def _order(items):
-    """The sort key that puts a file's tests marked ``alone`` first, keeping the order of the files and of the
-    other tests.  Of those marked alone, the ones that use the SparkSession come first, so that the session
+    """The sort key of the run's order: the files of :data:`LONGEST_FIRST` in its order, then the others, those
+    with more tests first (pytest-xdist's own order, which `scripts/test.sh` turns off with
+    ``--no-loadscope-reorder`` to keep this one).  In a file, its tests marked ``alone`` come first, the others
+    keep their order.  Of those marked alone, the ones that use the SparkSession come first, so that the session
     starts before the first of them takes the lock, not while the lock is held."""
-    files = {}
+    files, counts = {}, {}
     for item in items:
         files.setdefault(item.path, len(files))
+        counts[item.path] = counts.get(item.path, 0) + 1
+    longest = {name: rank for rank, name in enumerate(LONGEST_FIRST)}
 
     def key(item):
+        file = (longest.get(item.path.name, len(longest)), -counts[item.path], files[item.path])
         rank = (0, "spark" not in getattr(item, "fixturenames", ())) if _alone(item) else (1, 0)
-        return files[item.path], rank
+        return file, rank
 
     return key
 
 
 def pytest_collection_modifyitems(config, items):
-    """A file's tests marked ``alone`` run first in it, one after the other (:func:`_alone_if_marked`); tests marked
+    """The files longest to run go first (:func:`_order`); a file's tests marked ``alone`` run first in it, one
+    after the other (:func:`_alone_if_marked`); tests marked
     ``full`` are skipped, saying how to run them, unless ``CROWDSPARK_FULL_SUITE=1``."""
     items.sort(key=_order(items))
     if full_suite():
