@@ -16,6 +16,7 @@ for arg in "$@"; do
 done
 bash scripts/setup.sh
 source scripts/env.sh
-# a module's tests stay on one worker: its module-scoped fixtures (fitted models, a cluster) are built once
-workers=(-n "${CROWDSPARK_TEST_WORKERS:-2}" --dist loadfile)
+# a module's tests stay on one worker: its module-scoped fixtures (fitted models, a cluster) are built once; the
+# files run in tests/conftest.py's order (the longest first), not in pytest-xdist's (the most tests first)
+workers=(-n "${CROWDSPARK_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
 exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=30 "${workers[@]}" ${args[@]+"${args[@]}"}
