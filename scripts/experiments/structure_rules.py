@@ -18,7 +18,9 @@ data seed, on one block of all labels, with the product's kernels (``ds_e_step``
   ``early-N``, one-coin to convergence and then N sweeps of full matrices from its posteriors (stopping early
   as the only prior); ``shrunk-by-full``, shrunk matrices whose strength is learned once, by the same empirical
   Bayes, from the full structure's converged expected counts instead of every sweep from their own (which
-  pull the strength up: counts under shrunk posteriors look one-coin).
+  pull the strength up: counts under shrunk posteriors look one-coin); ``patterned-by-full``, the same with
+  the prior centred on the worker's accuracy and the crowd's own pattern of errors (pooled from the full
+  structure's counts, each worker weighing about one share) instead of errors spread uniformly.
 
 Prints the mean error (%) per regime, the better of ``ds``'s and ``one-coin``'s means (the issue's per-regime
 bar; ``full`` here is ``ds``) and each rule's excess over it, ``!`` where it is beyond max(0.5 points, 2 items).
@@ -67,21 +69,53 @@ SEED = 1
 EARLY = (1, 2, 3)
 
 
-def fixed_strength_m_step(strength: np.ndarray) -> MStep:
-    """The shrunk M-step with the strength ``A`` (C,) given instead of learned every sweep."""
+def fixed_strength_m_step(strength: np.ndarray, errors: np.ndarray | None) -> MStep:
+    """The shrunk M-step with the strength ``A`` (C,) given instead of learned every sweep, centred on each
+    worker's one-coin row or (``errors`` (C, C)) its accuracy with the crowd's errors."""
 
     def m_step(confusion: np.ndarray, classes: np.ndarray, smoothing: float) -> dict[str, np.ndarray]:
-        centre = one_coin_confusion(one_coin_accuracy(confusion, smoothing), confusion.shape[1])
+        centre = patterned_centre(confusion, errors)
         return {"log_pi": np.log(normalize_rows(confusion + strength[None, :, None] * centre, smoothing)),
                 "log_alpha": np.log(normalize_rows(classes, smoothing))}
 
     return m_step
 
 
-def full_strength(block: Block, k: int, c: int, full: np.ndarray) -> np.ndarray:
-    """``A`` (C,) learned once by empirical Bayes from the full structure's converged expected counts."""
+def crowd_errors(counts: np.ndarray) -> np.ndarray:
+    """Where the crowd's errors go, (C, C), rows on the simplex over the other classes (zero diagonal): the
+    workers' off-diagonal counts pooled with weights ``1 / (n[k, t] + median_k n[k, t])``, so that no worker's
+    row weighs more than about one worker's share however many labels it holds.
+
+    Parameters
+    ----------
+    counts : ndarray, shape (K, C, C)
+    """
+    n = counts.sum(axis=2)
+    weights = 1.0 / (n + np.maximum(np.median(n, axis=0), 1.0))
+    pooled = (weights[:, :, None] * counts).sum(axis=0)
+    np.fill_diagonal(pooled, 0.0)
+    return pooled / np.maximum(pooled.sum(axis=1, keepdims=True), 1e-300)
+
+
+def patterned_centre(counts: np.ndarray, errors: np.ndarray | None) -> np.ndarray:
+    """Each worker's one-coin accuracy on the diagonal, its errors spread uniformly (``errors`` None) or as
+    the crowd's ``errors`` (C, C); (K, C, C), rows with no zero."""
+    c = counts.shape[1]
+    accuracy = one_coin_accuracy(counts, SMOOTHING)
+    if errors is None:
+        return one_coin_confusion(accuracy, c)
+    centre = (1.0 - accuracy)[:, None, None] * errors[None]
+    centre[:, np.arange(c), np.arange(c)] = accuracy[:, None]
+    return normalize_rows(np.maximum(centre, 1e-6))
+
+
+def full_strength(block: Block, k: int, c: int, full: np.ndarray,
+                  patterned: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """``A`` (C,) learned once by empirical Bayes from the full structure's converged expected counts, and
+    with ``patterned`` the crowd's error pattern (C, C) from the same counts."""
     counts = confusion_counts(block, full, k, c)
-    return empirical_strength(counts, one_coin_confusion(one_coin_accuracy(counts, SMOOTHING), c))
+    errors = crowd_errors(counts) if patterned else None
+    return empirical_strength(counts, patterned_centre(counts, errors)), errors
 
 
 def one_block(labels: pd.DataFrame, truth: pd.DataFrame) -> tuple[Block, int, int, np.ndarray]:
@@ -157,8 +191,9 @@ def run(labels: pd.DataFrame, truth: pd.DataFrame, folds: int, sweeps: int) -> d
     out["hll-1se"], out["hll-1se_pick"] = out[names[simplest]], float(simplest)
     for n in EARLY:
         out[f"early-{n}"] = error(block, em(block, k, c, ds_m_step, posteriors["one-coin"], sweeps=n)[0], planted)
-    strength = full_strength(block, k, c, posteriors["full"])
-    out["shrunk-by-full"] = error(block, em(block, k, c, fixed_strength_m_step(strength), start)[0], planted)
+    for rule, patterned in (("shrunk-by-full", False), ("patterned-by-full", True)):
+        strength, errors = full_strength(block, k, c, posteriors["full"], patterned)
+        out[rule] = error(block, em(block, k, c, fixed_strength_m_step(strength, errors), start)[0], planted)
     return out
 
 
@@ -167,7 +202,8 @@ def _bar(draws: list[dict[str, float]]) -> float:
 
 
 def report(results: dict[str, list[dict[str, float]]]) -> None:
-    columns = [*STRUCTURES, "hll-max", "hll-1se", *(f"early-{n}" for n in EARLY), "shrunk-by-full"]
+    columns = [*STRUCTURES, "hll-max", "hll-1se", *(f"early-{n}" for n in EARLY), "shrunk-by-full",
+               "patterned-by-full"]
     print("| regime | " + " | ".join(columns) + " | better of ds / one-coin | picks (hll-max / hll-1se) |")
     print("|---|" + "---|" * (len(columns) + 2))
     means: dict[str, list[float]] = {c: [] for c in [*columns, "bar"]}
