@@ -656,6 +656,7 @@ def mixed_crowd_data(
     hard_share: float = 0.0,
     hard_drop: float = 0.4,
     hard_errors: str = "uniform",
+    ordinal_errors: float = 0.0,
 ) -> LabelsTruthParams:
     """A crowd of a few prolific workers and many sparse one-coin workers.
 
@@ -669,7 +670,7 @@ def mixed_crowd_data(
     ``delta`` (C,), right on class t with probability ``a + delta[t]`` (clipped to [0.02, 0.99]): every
     sparse worker shares the same asymmetry between classes.
 
-    Three departures from that crowd, each off by default (the data are then those of the arguments above):
+    Four departures from that crowd, each off by default (the data are then those of the arguments above):
 
     - ``sparse_class_bias`` ``b > 0``: every sparse worker is biased towards classes of its own, right on class
       t with probability ``a + e[k, t]``, ``e[k] ~ Normal(0, b)`` per class, centred over the classes (clipped
@@ -681,7 +682,10 @@ def mixed_crowd_data(
       probability ``pi[k, t, t] - hard_drop`` (at least 0.02), and the mass taken from the right label goes to
       the other classes alike (``hard_errors = "uniform"``) or, on items whose true class is not the most
       frequent, to the most frequent class (``"majority"``: hard items of rare classes look common).  The
-      workers' errors are then correlated through the items, which no confusion-matrix model says.
+      workers' errors are then correlated through the items, which no confusion-matrix model says;
+    - ``ordinal_errors`` ``d > 0``: the classes are ordered grades, and every worker's errors on class t go to
+      class c with probability proportional to ``exp(-d |c - t|)`` instead of alike: a pattern of errors the
+      whole crowd shares (neighbouring grades are confused most).
 
     Parameters
     ----------
@@ -698,7 +702,7 @@ def mixed_crowd_data(
     sparse_labels_per_item : (int, int)
         Inclusive range of each item's sparse labels.
     labels_per_sparse_worker : int
-    sparse_class_bias, activity_sigma : float
+    sparse_class_bias, activity_sigma, ordinal_errors : float
         Non-negative.
     hard_share, hard_drop : float
         In [0, 1].
@@ -720,6 +724,7 @@ def mixed_crowd_data(
     coverage = check_float("coverage", coverage, minimum=0.0, maximum=1.0)
     bias = check_float("sparse_class_bias", sparse_class_bias, minimum=0.0)
     sigma = check_float("activity_sigma", activity_sigma, minimum=0.0)
+    ordinal = check_float("ordinal_errors", ordinal_errors, minimum=0.0)
     hard_share = check_float("hard_share", hard_share, minimum=0.0, maximum=1.0)
     hard_drop = check_float("hard_drop", hard_drop, minimum=0.0, maximum=1.0)
     if hard_errors not in ("uniform", "majority"):
@@ -753,9 +758,7 @@ def mixed_crowd_data(
     if bias > 0.0:
         deviation = departures.normal(0.0, bias, (n_sparse, c))
         diag[n_prolific:] = np.clip(diag[n_prolific:] + deviation - deviation.mean(axis=1, keepdims=True), 0.02, 0.99)
-    off = (1.0 - diag) / (c - 1)
-    pi = np.repeat(off[:, :, None], c, axis=2)
-    pi[:, np.arange(c), np.arange(c)] = diag
+    pi = _confusion_from_diagonal(diag, ordinal)
     item, worker = pairs["item"].to_numpy(), pairs["worker"].to_numpy()
     hard = departures.random(n_items) < hard_share if hard_share > 0.0 else np.zeros(n_items, dtype=bool)
     rows = _hard_rows(pi[worker, truth[item]], truth[item], hard[item], hard_drop,
@@ -769,6 +772,22 @@ def mixed_crowd_data(
     truth_frame = pd.DataFrame({"item": item_names, "truth": classes[truth]})
     logger.info("generated mixed crowd: %d labels, %d items, %d workers", len(labels_frame), n_items, n_workers)
     return labels_frame, truth_frame, {"alpha": alpha, "pi": pi, "hard": hard}
+
+
+def _confusion_from_diagonal(diag: np.ndarray, ordinal: float) -> np.ndarray:
+    """Confusion matrices (K, C, C) with the diagonal ``diag`` (K, C) and each row's errors spread alike, or
+    with ``ordinal > 0`` in proportion to ``exp(-ordinal |c - t|)``."""
+    c = diag.shape[1]
+    if ordinal == 0.0:
+        off = (1.0 - diag) / (c - 1)
+        pi = np.repeat(off[:, :, None], c, axis=2)
+    else:
+        grades = np.arange(c)
+        weights = np.exp(-ordinal * np.abs(grades[:, None] - grades[None, :]))
+        np.fill_diagonal(weights, 0.0)
+        pi = (1.0 - diag)[:, :, None] * (weights / weights.sum(axis=1, keepdims=True))[None]
+    pi[:, np.arange(c), np.arange(c)] = diag
+    return pi
 
 
 def _slot_owners(rng: np.random.Generator, n_slots: int, per_worker: int, sigma: float) -> np.ndarray:

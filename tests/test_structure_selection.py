@@ -242,3 +242,19 @@ def test_bad_departures_are_config_errors():
         mixed_crowd_data(100, (0.5, 0.5), 0, hard_share=1.5)
     with pytest.raises(ConfigError, match="activity_sigma"):
         mixed_crowd_data(100, (0.5, 0.5), 0, activity_sigma=-1.0)
+
+
+def test_ordinal_errors_send_every_workers_errors_to_neighbouring_grades():
+    labels, truth, params = mixed_crowd_data(3000, (0.2,) * 5, 0, ordinal_errors=1.5)
+    assert labels.equals(mixed_crowd_data(3000, (0.2,) * 5, 0, ordinal_errors=1.5)[0])
+    pi = params["pi"]
+    np.testing.assert_allclose(pi.sum(axis=2), 1.0)
+    # every worker, every class: errors to a neighbour e^1.5 times as likely as two grades away
+    np.testing.assert_allclose(pi[:, 2, 1] / pi[:, 2, 0], np.exp(1.5))
+    np.testing.assert_allclose(pi[:, 2, 1], pi[:, 2, 3])
+    merged = labels.merge(truth, on="item")
+    wrong = merged[merged["label"] != merged["truth"]]
+    distance = (wrong["label"].astype(int) - wrong["truth"].astype(int)).abs()
+    assert (distance == 1).mean() > 0.6  # uniform errors over 4 other grades would give 0.4
+    uniform = mixed_crowd_data(3000, (0.2,) * 5, 0)[2]["pi"]
+    assert uniform[0, 2, 0] == uniform[0, 2, 1]  # off by default: errors alike
