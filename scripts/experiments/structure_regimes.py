@@ -114,6 +114,15 @@ REGIMES: dict[str, tuple[str, Callable[[int], Frames]]] = {
         "as long-tail, prolific per-class accuracies in [0.5, 0.9], 25% of the items hard as in hard-rare-items",
         lambda seed: mixed_crowd_data(2000, (0.78, 0.22), seed, activity_sigma=1.5, prolific_accuracy=(0.5, 0.9),
                                       hard_share=0.25, hard_drop=0.4, hard_errors="majority")[:2]),
+    "ordinal": (
+        "5 ordered grades 10/20/40/20/10, 2,000 items, 3 prolific and sparse one-coin workers as issue, every "
+        "worker's errors going to grade c from grade t in proportion to exp(-1.5 |c - t|) (a shared pattern)",
+        lambda seed: mixed_crowd_data(2000, (0.1, 0.2, 0.4, 0.2, 0.1), seed, ordinal_errors=1.5)[:2]),
+    "ordinal-sparse": (
+        "as ordinal, no prolific worker, sparse workers with 30 labels each, 4-6 per item, accuracy in [0.4, 0.85]",
+        lambda seed: mixed_crowd_data(2000, (0.1, 0.2, 0.4, 0.2, 0.1), seed, n_prolific=0,
+                                      sparse_labels_per_item=(4, 6), labels_per_sparse_worker=30,
+                                      sparse_accuracy=(0.4, 0.85), ordinal_errors=1.5)[:2]),
     "hard-multiclass": (
         "4 classes 40/30/20/10, 2,000 items, 3 prolific and sparse one-coin workers as issue, 25% of the items hard "
         "as in hard-rare-items",
