@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "scripts" / "experiments"))
 from adaptive_table import DATASETS, real  # noqa: E402
 from structure_regimes import REGIMES  # noqa: E402
 
-from crowdspark.block import Block, build_blocks  # noqa: E402
+from crowdspark.block import Block  # noqa: E402
 from crowdspark.io.rules import Encoding, order_classes  # noqa: E402
 from crowdspark.models.common import (  # noqa: E402
     argmax_random_ties,
@@ -60,6 +60,7 @@ from crowdspark.models.dawid_skene import ds_e_step, ds_m_step  # noqa: E402
 from crowdspark.models.holdout import fold_stats, one_se_choice  # noqa: E402
 from crowdspark.models.one_coin import one_coin_accuracy, one_coin_m_step  # noqa: E402
 from crowdspark.models.shrinkage import empirical_strength, shrunk_m_step  # noqa: E402
+from crowdspark.pipeline.prepare import local_blocks  # noqa: E402
 
 MStep = Callable[[np.ndarray, np.ndarray, float], dict[str, np.ndarray]]
 #: the candidates, simplest first
@@ -118,21 +119,12 @@ def full_strength(block: Block, k: int, c: int, full: np.ndarray,
     return empirical_strength(counts, patterned_centre(counts, errors)), errors
 
 
-def one_block(labels: pd.DataFrame, truth: pd.DataFrame) -> tuple[Block, int, int, np.ndarray]:
-    """All labels in one block, K, C and the planted class of each of the block's items (n,)."""
-    enc = Encoding(workers=tuple(sorted(labels["worker"].unique())),
-                   classes=tuple(order_classes(list(labels["label"].unique()))))
-    gold = labels["item"].map(dict(zip(truth["item"], truth["truth"]))).to_numpy(dtype=object)
-    block = build_blocks(labels["item"].to_numpy(dtype=object), enc.worker_codes(labels["worker"].to_numpy(object)),
-                         enc.class_codes(labels["label"].to_numpy(object)), max_labels=len(labels) + 1)[0]
-    codes = enc.class_codes(np.where(pd.isna(gold), "\0none", gold).astype(object))  # -1: no true class
-    return block, len(enc.workers), len(enc.classes), _first_per_item(block, labels, codes)
-
-
-def _first_per_item(block: Block, labels: pd.DataFrame, codes: np.ndarray) -> np.ndarray:
-    """The planted class of each of the block's items, int64 (n,)."""
-    by_item = pd.Series(codes, index=labels["item"].to_numpy()).groupby(level=0).first()
-    return by_item.loc[block.item_ids].to_numpy(dtype=np.int64)
+def one_block(labels: pd.DataFrame, truth: pd.DataFrame) -> tuple[Block, int, int]:
+    """All labels in one block (``local_blocks``: ``Block.truth`` is the planted class, -1 where none), K, C."""
+    encoding = Encoding(workers=tuple(sorted(labels["worker"].unique())),
+                        classes=tuple(order_classes(list(labels["label"].unique()))))
+    block = local_blocks(labels, truth, encoding, max_labels=len(labels) + 1)[0]
+    return block, len(encoding.workers), len(encoding.classes)
 
 
 def error(block: Block, posterior: np.ndarray, truth: np.ndarray) -> float:
@@ -156,7 +148,7 @@ def em(block: Block, k: int, c: int, m_step: MStep, posterior: np.ndarray, sweep
     return posterior, params
 
 
-def heldout(block: Block, k: int, c: int, fits: list[dict[str, np.ndarray]], folds: int,
+def heldout(block: Block, fits: list[dict[str, np.ndarray]], folds: int,
             sweeps: int) -> tuple[np.ndarray, np.ndarray, float]:
     """Every candidate's held-out log-likelihood (S,), the cross sums (S, S) and the number of items."""
     log_pi = np.repeat(np.stack([f["log_pi"] for f in fits], axis=1)[:, None], folds, axis=1)
@@ -174,7 +166,8 @@ def heldout(block: Block, k: int, c: int, fits: list[dict[str, np.ndarray]], fol
 
 def run(labels: pd.DataFrame, truth: pd.DataFrame, folds: int, sweeps: int) -> dict[str, float]:
     """Every structure's and rule's error (%) on one crowd, the items, and what each rule chose."""
-    block, k, c, planted = one_block(labels, truth)
+    block, k, c = one_block(labels, truth)
+    planted = block.truth
     votes = vote_counts(block, c)
     start = votes / votes.sum(axis=1, keepdims=True)
     out: dict[str, float] = {"items": float((planted >= 0).sum())}
@@ -183,7 +176,7 @@ def run(labels: pd.DataFrame, truth: pd.DataFrame, folds: int, sweeps: int) -> d
         posteriors[name], params = em(block, k, c, m_step, start)
         fits.append(params)
         out[name] = error(block, posteriors[name], planted)
-    hll, cross, n_items = heldout(block, k, c, fits, folds, sweeps)
+    hll, cross, n_items = heldout(block, fits, folds, sweeps)
     names = list(STRUCTURES)
     best = int(np.argmax(hll))
     simplest, _ = one_se_choice(hll, cross, n_items, np.arange(len(names)))
