@@ -65,8 +65,8 @@ def _order(items):
 
 def pytest_collection_modifyitems(config, items):
     """The files longest to run go first (:func:`_order`); a file's tests marked ``alone`` run first in it, one
-    after the other (:func:`_alone_if_marked`); tests marked
-    ``full`` are skipped, saying how to run them, unless ``CROWDSPARK_FULL_SUITE=1``."""
+    after the other (:func:`_alone_if_marked`); tests marked ``full`` are skipped, saying how to run them,
+    unless ``CROWDSPARK_FULL_SUITE=1``."""
     items.sort(key=_order(items))
     if full_suite():
         return
